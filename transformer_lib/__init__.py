@@ -1,0 +1,26 @@
+"""transformer_lib: the code of "The Tested Transformer", one module per chapter.
+
+    masking     the one mask convention (True = may attend)          chapter 2
+    attention   scaled dot-product and multi-head attention          chapter 1
+    embeddings  token embeddings and positional encodings            chapter 3
+    blocks      feed-forward, residual, encoder/decoder layers       chapter 4
+    model       the configured encoder-decoder Transformer           chapter 4
+
+Import from the modules (``from transformer_lib.attention import MultiHeadAttention``) or from here.
+"""
+
+from .attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, Residual
+from .embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding, sinusoidal_table
+from .masking import causal_mask, combine_masks, padding_mask, target_mask, to_torch_blocked
+from .model import PRESETS, Transformer, TransformerConfig, count_parameters, init_parameters
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KVCache", "MultiHeadAttention", "scaled_dot_product_attention",
+    "Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward", "Residual",
+    "LearnedPositionalEmbedding", "SinusoidalPositionalEncoding", "TokenEmbedding", "sinusoidal_table",
+    "causal_mask", "combine_masks", "padding_mask", "target_mask", "to_torch_blocked",
+    "PRESETS", "Transformer", "TransformerConfig", "count_parameters", "init_parameters",
+]

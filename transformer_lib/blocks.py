@@ -1,0 +1,285 @@
+"""The building blocks: feed-forward, residual sublayers, encoder and decoder layers, and stacks.
+
+Shapes:
+
+    B  batch size    S  source length    T  target length    D  model width (d_model)    H  heads
+
+Both layer-norm placements are supported:
+
+- **Post-LN** (``norm_first=False``, the 2017 paper): ``x = LayerNorm(x + Dropout(f(x)))``.
+- **Pre-LN** (``norm_first=True``, what most current code does): ``x = x + Dropout(f(LayerNorm(x)))``,
+  plus one final LayerNorm after the stack. The residual path is then an identity from input to
+  output, which keeps gradients well scaled and lets the model train without warm-up
+  (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+
+from torch import Tensor, nn
+
+from .attention import KVCache, MultiHeadAttention
+
+__all__ = [
+    "FeedForward",
+    "Residual",
+    "EncoderLayer",
+    "DecoderLayer",
+    "Encoder",
+    "Decoder",
+    "DecoderLayerCache",
+    "DecoderCache",
+]
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+def _activation(name: str) -> nn.Module:
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {name!r}")
+    return _ACTIVATIONS[name]()
+
+
+class FeedForward(nn.Module):
+    r"""Position-wise feed-forward network: :math:`\mathrm{FFN}(x) = W_2\,\phi(W_1 x + b_1) + b_2`.
+
+    The same two linear maps are applied to every position separately (a 1x1 convolution).
+
+    Args:
+        d_model: input and output width ``D``.
+        d_ff: hidden width (2048 in the base model, 4x ``d_model``).
+        dropout: dropout after the activation, as in ``nn.TransformerEncoderLayer``.
+        activation: ``"relu"`` (paper) or ``"gelu"``.
+
+    Shape:
+        ``(..., D)`` -> ``(..., D)``.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.activation = _activation(activation)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (..., D)
+
+
+class Residual(nn.Module):
+    """A residual connection around a sublayer, with its LayerNorm before (Pre-LN) or after (Post-LN).
+
+    Use it in one call, ``residual(x, sublayer)``, or in two steps when the sublayer returns more
+    than a tensor (attention also returns its weights)::
+
+        h = residual.sublayer_input(x)           # LayerNorm(x) in Pre-LN, x in Post-LN
+        out, attn_weights = attention(h, h, h)
+        x = residual.add(x, out)                 # x + Dropout(out), then LayerNorm in Post-LN
+
+    Args:
+        d_model: width ``D``.
+        dropout: dropout on the sublayer's output before it is added (paper section 5.4).
+        norm_first: ``True`` for Pre-LN, ``False`` for Post-LN.
+        eps: LayerNorm epsilon.
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def sublayer_input(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.norm_first else x
+
+    def add(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        x = x + self.dropout(sublayer_output)
+        return x if self.norm_first else self.norm(x)
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return self.add(x, sublayer(self.sublayer_input(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then feed-forward, each inside a :class:`Residual`.
+
+    Args:
+        d_model, n_heads, d_ff: widths and number of heads.
+        dropout: residual and feed-forward dropout.
+        attn_dropout: dropout on the attention weights.
+        activation: feed-forward activation.
+        norm_first: Pre-LN (``True``) or Post-LN (``False``).
+        eps: LayerNorm epsilon.
+
+    Shape:
+        x ``(B, S, D)``, src_mask broadcastable to ``(B, H, S, S)`` -> ``(B, S, D)``, and the
+        attention weights ``(B, H, S, S)`` if ``need_weights`` else ``None``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attn_dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
+        self.attn_residual = Residual(d_model, dropout, norm_first, eps)
+        self.ff_residual = Residual(d_model, dropout, norm_first, eps)
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        h = self.attn_residual.sublayer_input(x)
+        h, attn_weights = self.self_attn(h, h, h, mask=src_mask, need_weights=need_weights)
+        x = self.attn_residual.add(x, h)  # (B, S, D)
+        x = self.ff_residual(x, self.feed_forward)  # (B, S, D)
+        return x, attn_weights
+
+
+@dataclass
+class DecoderLayerCache:
+    """What one decoder layer keeps between decoding steps."""
+
+    self_attn: KVCache = field(default_factory=partial(KVCache, growing=True))
+    cross_attn: KVCache = field(default_factory=partial(KVCache, growing=False))
+
+
+class DecoderCache:
+    """Per-layer caches for incremental decoding; create with ``Transformer.new_cache()``."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.layers = [DecoderLayerCache() for _ in range(n_layers)]
+
+    @property
+    def length(self) -> int:
+        """How many target positions have been decoded so far (the next position's index)."""
+        return self.layers[0].self_attn.length if self.layers else 0
+
+    def reorder(self, batch_indices: Tensor) -> None:
+        """Keep rows ``batch_indices`` in every layer (used by beam search)."""
+        for layer in self.layers:
+            layer.self_attn.reorder(batch_indices)
+            layer.cross_attn.reorder(batch_indices)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder memory, then feed-forward.
+
+    Args: as :class:`EncoderLayer`.
+
+    Shape:
+        x ``(B, T, D)``; memory ``(B, S, D)``; tgt_mask broadcastable to ``(B, H, T, T)``;
+        src_mask broadcastable to ``(B, H, T, S)``. Returns ``(x, self_weights, cross_weights)``
+        with ``x`` ``(B, T, D)`` and the weights ``(B, H, T, T)``/``(B, H, T, S)`` or ``None``.
+        With a ``cache``, ``x`` holds only the new positions and ``tgt_mask`` covers cached + new keys.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attn_dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
+        self.self_attn_residual = Residual(d_model, dropout, norm_first, eps)
+        self.cross_attn_residual = Residual(d_model, dropout, norm_first, eps)
+        self.ff_residual = Residual(d_model, dropout, norm_first, eps)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        need_weights: bool = False,
+        cache: DecoderLayerCache | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        self_cache = cache.self_attn if cache is not None else None
+        cross_cache = cache.cross_attn if cache is not None else None
+
+        h = self.self_attn_residual.sublayer_input(x)
+        h, self_weights = self.self_attn(h, h, h, mask=tgt_mask, need_weights=need_weights, cache=self_cache)
+        x = self.self_attn_residual.add(x, h)  # (B, T, D)
+
+        h = self.cross_attn_residual.sublayer_input(x)
+        h, cross_weights = self.cross_attn(h, memory, memory, mask=src_mask, need_weights=need_weights, cache=cross_cache)
+        x = self.cross_attn_residual.add(x, h)  # (B, T, D)
+
+        x = self.ff_residual(x, self.feed_forward)  # (B, T, D)
+        return x, self_weights, cross_weights
+
+
+class Encoder(nn.Module):
+    """A stack of encoder layers, with the final LayerNorm that Pre-LN needs (``final_norm``).
+
+    In Pre-LN the residual stream is never normalised inside the layers, so the stack's output
+    must be; in Post-LN each layer already ends with a LayerNorm and ``final_norm`` is ``None``.
+
+    Shape:
+        x ``(B, S, D)`` -> ``(B, S, D)`` and a list with one weight tensor (or ``None``) per layer.
+    """
+
+    def __init__(self, layers: Iterable[EncoderLayer], final_norm: nn.Module | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None, need_weights: bool = False) -> tuple[Tensor, list[Tensor | None]]:
+        weights = []
+        for layer in self.layers:
+            x, attn_weights = layer(x, src_mask, need_weights)
+            weights.append(attn_weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, weights
+
+
+class Decoder(nn.Module):
+    """A stack of decoder layers, with the final LayerNorm that Pre-LN needs (``final_norm``).
+
+    Shape:
+        x ``(B, T, D)``, memory ``(B, S, D)`` -> ``(B, T, D)`` and two lists (self- and
+        cross-attention weights per layer, or ``None`` entries).
+    """
+
+    def __init__(self, layers: Iterable[DecoderLayer], final_norm: nn.Module | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        need_weights: bool = False,
+        cache: DecoderCache | None = None,
+    ) -> tuple[Tensor, list[Tensor | None], list[Tensor | None]]:
+        if cache is not None and len(cache.layers) != len(self.layers):
+            raise ValueError(f"cache has {len(cache.layers)} layers but the decoder has {len(self.layers)}")
+        self_weights, cross_weights = [], []
+        for i, layer in enumerate(self.layers):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x, w_self, w_cross = layer(x, memory, src_mask, tgt_mask, need_weights, layer_cache)
+            self_weights.append(w_self)
+            cross_weights.append(w_cross)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, self_weights, cross_weights
