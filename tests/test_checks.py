@@ -9,7 +9,12 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer_lib.checks import check_causal, check_deterministic, check_padding_invariance
+from transformer_lib.checks import (
+    check_causal,
+    check_deterministic,
+    check_padding_invariance,
+    check_permutation_equivariant,
+)
 from transformer_lib.masking import causal_mask, padding_mask
 
 
@@ -108,3 +113,25 @@ def test_padding_check_validates_is_real(padded_batch: tuple[Tensor, Tensor]) ->
         check_padding_invariance(lambda x: x, torch.randn(2, 5, 8), is_real.long())
     with pytest.raises(ValueError, match="is_real"):
         check_padding_invariance(lambda x: x, torch.randn(2, 6, 8), is_real)
+
+
+def test_attention_without_positions_is_permutation_equivariant() -> None:
+    mha = MultiHeadAttention(8, 2).eval()
+    check_permutation_equivariant(lambda x: mha(x, x, x)[0], torch.randn(2, 6, 8))
+
+
+def test_reshape_that_mixes_positions_into_heads_is_caught() -> None:
+    class SplitWithoutTranspose(MultiHeadAttention):
+        def split_heads(self, x: Tensor, width: int) -> Tensor:
+            B, L, _ = x.shape
+            return x.view(B, self.n_heads, L, width)  # wrong: mixes positions and heads
+
+    mha = SplitWithoutTranspose(8, 2).eval()
+    with pytest.raises(AssertionError, match="not permutation-equivariant"):
+        check_permutation_equivariant(lambda x: mha(x, x, x)[0], torch.randn(2, 6, 8))
+
+
+def test_positions_break_permutation_equivariance() -> None:
+    positions = torch.arange(6.0)[None, :, None]
+    with pytest.raises(AssertionError, match="not permutation-equivariant"):
+        check_permutation_equivariant(lambda x: x + positions, torch.randn(2, 6, 1))

@@ -7,6 +7,8 @@ by *behaviour*, so they work on any callable, from one attention function to a w
 - :func:`check_causal`: output position ``t`` must not change when inputs after ``t`` change.
 - :func:`check_padding_invariance`: outputs at real tokens must not change when the contents of
   padded positions change.
+- :func:`check_permutation_equivariant`: permuting the input positions permutes the outputs the
+  same way (true of attention without positional information, chapter 1).
 
 Both first run the callable twice on the same input and require identical outputs, so a layer
 that is random at evaluation time (a dropout that ignores ``eval()``) is reported as such instead
@@ -24,7 +26,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["check_deterministic", "check_causal", "check_padding_invariance"]
+__all__ = ["check_deterministic", "check_causal", "check_padding_invariance", "check_permutation_equivariant"]
 
 Perturb = Callable[[Tensor, torch.Generator], Tensor]
 
@@ -163,4 +165,41 @@ def check_padding_invariance(
         raise AssertionError(
             f"padding leaks: the output at real position {position} of sequence {b} changed by "
             f"{diff[b, position].item():.3g} when only padded positions changed"
+        )
+
+
+def check_permutation_equivariant(
+    fn: Callable[[Tensor], Tensor],
+    x: Tensor,
+    *,
+    dim: int = 1,
+    atol: float = 1e-5,
+    seed: int = 0,
+) -> None:
+    """Raise ``AssertionError`` unless ``fn(x permuted) == fn(x) permuted`` along ``dim``.
+
+    Self-attention without positional information has this property: it sees a set of tokens, not
+    a sequence. A reshape that mixes positions into heads breaks it (see chapter 1).
+
+    Args:
+        fn: maps ``x`` to an output with the same length along ``dim``; modules in ``eval()`` mode.
+        x: e.g. embeddings ``(B, L, D)``.
+        dim: the sequence dimension.
+        atol: allowed absolute difference.
+        seed: seeds the random permutation (never the identity when ``L > 1``).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    length = x.size(dim)
+    perm = torch.randperm(length, generator=generator)
+    if length > 1 and torch.equal(perm, torch.arange(length)):
+        perm = perm.roll(1)
+    perm = perm.to(x.device)
+    reference = check_deterministic(fn, x)
+    _check_same_length(x, reference, dim)
+    out = _run(fn, x.index_select(dim, perm))
+    expected = reference.index_select(dim, perm)
+    if not torch.allclose(out, expected, atol=atol, rtol=0.0):
+        raise AssertionError(
+            f"not permutation-equivariant: permuting the positions by {perm.tolist()} changed the outputs by up "
+            f"to {(out - expected).abs().max().item():.3g} beyond the same permutation"
         )
