@@ -226,7 +226,7 @@ def mask_heatmap(
     ax.grid(which="minor", color="white", linewidth=1.5)
     ax.tick_params(which="minor", length=0)
     if title is not None:
-        ax.set_title(title, fontsize=10, pad=6, y=-0.02 - 0.5 / max(n_queries, 1), va="top")
+        ax.set_title(title, fontsize="medium", pad=6, y=-0.02 - 0.5 / max(n_queries, 1), va="top")
     return ax
 
 
