@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
 import matplotlib
 
@@ -12,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import vl_convert  # noqa: E402
 
 from transformer_lib.masking import causal_mask, padding_mask  # noqa: E402
 from transformer_lib.viz import architecture_diagram, attention_heatmap, mask_heatmap  # noqa: E402
@@ -29,6 +32,18 @@ QUERIES = ["<bos>", "the", "cat", "the"]  # "the" twice: rows must not merge
 KEYS = ["die", "Katze", "<pad>"]
 
 
+def _rendered_cells(chart) -> list[dict[str, str]]:
+    """Render with Vega itself (vl-convert) and read each cell's fields from its aria-label."""
+    svg = vl_convert.vegalite_to_svg(chart.to_dict())
+    cells = []
+    for label in re.findall(r'aria-label="([^"]*)"', svg):
+        label = html.unescape(label)
+        fields = dict(part.split(": ", 1) for part in label.split("; ") if ": " in part)
+        if "weight" in fields and "key" in fields:
+            cells.append(fields)
+    return cells
+
+
 def test_attention_heatmap_encodes_queries_on_rows_with_token_labels() -> None:
     weights = torch.softmax(torch.randn(4, 3), dim=-1)
     spec = attention_heatmap(weights, QUERIES, KEYS).to_dict()
@@ -42,16 +57,14 @@ def test_attention_heatmap_encodes_queries_on_rows_with_token_labels() -> None:
     assert "params" not in spec  # nothing to choose with one layer and one head
 
 
-def test_attention_heatmap_data_holds_every_weight() -> None:
+def test_attention_heatmap_renders_every_weight_with_its_tokens() -> None:
     weights = torch.softmax(torch.randn(4, 3), dim=-1)
-    chart = attention_heatmap(weights, QUERIES, KEYS)
-    data = chart.data
-    assert len(data) == 12
-    row = data[(data.query_pos == 3) & (data.key_pos == 1)].iloc[0]
-    assert (row.query, row.key) == ("the", "Katze")
-    assert row.weight == pytest.approx(weights[3, 1].item())
-    # 4 distinct rows although "the" appears twice
-    assert data.query_pos.nunique() == 4 and data["query"].nunique() == 3
+    cells = _rendered_cells(attention_heatmap(weights, QUERIES, KEYS))
+    assert len(cells) == 12  # 4 rows although "the" appears twice
+    for cell in cells:
+        q, k = int(cell["query position"]), int(cell["key position"])
+        assert (cell["query"], cell["key"]) == (QUERIES[q], KEYS[k])
+        assert float(cell["weight"]) == pytest.approx(weights[q, k].item(), abs=1e-6)
 
 
 def test_attention_heatmap_selects_layer_and_head() -> None:
@@ -63,14 +76,24 @@ def test_attention_heatmap_selects_layer_and_head() -> None:
     assert params["layer"]["bind"]["options"] == ["enc 0", "enc 1", "enc 2"]
     assert params["head"]["bind"]["input"] == "radio"
     assert params["head"]["bind"]["options"] == ["head 0", "head 1"]
-    filters = [t["filter"] for t in spec["transform"]]
-    assert "(datum.layer === layer)" in filters and "(datum.head === head)" in filters
-    data = chart.data
-    assert len(data) == 3 * 2 * 4 * 3
-    row = data[(data["layer"] == "enc 2") & (data["head"] == "head 1") & (data.query_pos == 0) & (data.key_pos == 2)]
-    assert row.weight.item() == pytest.approx(layers[2][1, 0, 2].item())
+    filters = [t["filter"] for t in spec["transform"] if "filter" in t]
+    assert filters == ["(datum.layer === layer)", "(datum.head === head)"]
+    # the data: one record per layer and head, each the full (T, L) grid
+    records = spec["data"]["values"]
+    assert [(r["layer"], r["head"]) for r in records] == [(f"enc {i}", f"head {h}") for i in range(3) for h in range(2)]
+    assert torch.allclose(torch.tensor(records[5]["weights"]), layers[2][1], atol=1e-6)
     # one colour scale for every layer and head, so cells can be compared across them
     assert spec["encoding"]["color"]["scale"]["domain"] == [0.0, pytest.approx(max(w.max().item() for w in layers))]
+    # what Vega draws by default: layer 0, head 0
+    cells = _rendered_cells(chart)
+    assert len(cells) == 12
+    assert sorted(float(c["weight"]) for c in cells) == pytest.approx(sorted(layers[0][0].flatten().tolist()), abs=1e-6)
+
+
+def test_attention_heatmap_stays_small_for_a_whole_model() -> None:
+    # 6 layers x 8 heads x 30 x 30 = 43,200 cells; altair's default limit is 5,000 rows
+    spec = attention_heatmap(torch.rand(6, 8, 30, 30), [f"t{i}" for i in range(30)], [f"s{i}" for i in range(30)]).to_dict()
+    assert len(spec["data"]["values"]) == 48
 
 
 def test_attention_heatmap_many_heads_use_a_dropdown() -> None:

@@ -66,7 +66,7 @@ def _token_axis(tokens: list[str], title: str, **kwargs: Any) -> Any:
     """
     import altair as alt
 
-    return alt.Axis(title=title, labelExpr=f"{json.dumps(tokens)}[datum.value]", labelAngle=0, **kwargs)
+    return alt.Axis(title=title, labelExpr=f"{json.dumps(tokens)}[datum.value]", **kwargs)
 
 
 def attention_heatmap(
@@ -100,12 +100,13 @@ def attention_heatmap(
         vmax: top of the colour scale (default: the largest weight).
 
     Returns:
-        An ``alt.Chart`` with fields ``layer``, ``head``, ``query_pos``, ``key_pos``, ``query``,
-        ``key`` and ``weight``, and the parameters ``layer``/``head`` when there is a choice.
+        An ``alt.Chart`` whose data holds one record per layer and head (``layer``, ``head``, and
+        ``weights``, the ``(T, L)`` grid as nested lists); its transforms keep the selected layer
+        and head (parameters ``layer`` and ``head``, present when there is a choice) and expand
+        the grid into cells with fields ``query_pos``, ``key_pos``, ``query``, ``key``, ``weight``.
     """
     import altair as alt
     import numpy as np
-    import pandas as pd
 
     if isinstance(weights, (list, tuple)):
         weights = np.stack([_to_numpy(w) for w in weights])
@@ -127,27 +128,45 @@ def attention_heatmap(
             f"{n_layers} layers and {n_heads} heads"
         )
 
-    layer, head, query, key = np.meshgrid(
-        np.arange(n_layers), np.arange(n_heads), np.arange(n_queries), np.arange(n_keys), indexing="ij"
-    )
-    data = pd.DataFrame(
+    # One record per (layer, head) holding its (T, L) weights; the chart's transforms pick the
+    # selected layer and head first and only then expand that one grid into cells. This keeps the
+    # embedded data small (altair refuses more than 5,000 rows by default, and a trained model's
+    # maps across 6 layers and 8 heads easily have 40,000 cells).
+    records = [
         {
-            "layer": np.asarray(layer_names, dtype=object)[layer.ravel()],
-            "head": np.asarray(head_names, dtype=object)[head.ravel()],
-            "query_pos": query.ravel(),
-            "key_pos": key.ravel(),
-            "query": np.asarray(query_tokens, dtype=object)[query.ravel()],
-            "key": np.asarray(key_tokens, dtype=object)[key.ravel()],
-            "weight": w.ravel(),
+            "layer": layer_names[layer],
+            "head": head_names[head],
+            "weights": np.round(w[layer, head], 6).tolist(),  # (T, L)
+            "query_pos": list(range(n_queries)),
         }
-    )
+        for layer in range(n_layers)
+        for head in range(n_heads)
+    ]
     top = float(w.max()) if vmax is None else float(vmax)
+    # Key labels stay horizontal while they fit in a column (about 7 pixels a character).
+    key_angle = 0 if max(len(t) for t in key_tokens) * 7 <= cell_size else -90
+    chart = alt.Chart(alt.Data(values=records))
+    if n_layers > 1:
+        layer_param = alt.param(
+            name="layer", value=layer_names[0], bind=alt.binding_select(options=layer_names, name="layer ")
+        )
+        chart = chart.add_params(layer_param).transform_filter(alt.datum.layer == layer_param)
+    if n_heads > 1:
+        binding = alt.binding_radio if n_heads <= 8 else alt.binding_select
+        head_param = alt.param(name="head", value=head_names[0], bind=binding(options=head_names, name="head "))
+        chart = chart.add_params(head_param).transform_filter(alt.datum.head == head_param)
     chart = (
-        alt.Chart(data)
+        chart.transform_flatten(["weights", "query_pos"], as_=["row", "query_pos"])  # one datum per query
+        .transform_calculate(key_pos=f"sequence(0, {n_keys})")
+        .transform_flatten(["row", "key_pos"], as_=["weight", "key_pos"])  # one datum per cell
+        .transform_calculate(
+            query=f"{json.dumps(query_tokens)}[datum.query_pos]",
+            key=f"{json.dumps(key_tokens)}[datum.key_pos]",
+        )
         .mark_rect(stroke="white", strokeWidth=0.5)
         .encode(
-            x=alt.X("key_pos:O", axis=_token_axis(key_tokens, "key", orient="top")),
-            y=alt.Y("query_pos:O", axis=_token_axis(query_tokens, "query")),
+            x=alt.X("key_pos:O", axis=_token_axis(key_tokens, "key", orient="top", labelAngle=key_angle)),
+            y=alt.Y("query_pos:O", axis=_token_axis(query_tokens, "query", labelAngle=0)),
             color=alt.Color(
                 "weight:Q",
                 scale=alt.Scale(scheme="blues", domain=[0.0, top if top > 0 else 1.0]),
@@ -165,17 +184,6 @@ def attention_heatmap(
     )
     if title is not None:
         chart = chart.properties(title=title)
-    if n_layers > 1:
-        layer_param = alt.param(
-            name="layer", value=layer_names[0], bind=alt.binding_select(options=layer_names, name="layer ")
-        )
-        chart = chart.add_params(layer_param).transform_filter(alt.datum.layer == layer_param)
-    else:
-        chart = chart.transform_filter(alt.datum.layer == layer_names[0])
-    if n_heads > 1:
-        binding = alt.binding_radio if n_heads <= 8 else alt.binding_select
-        head_param = alt.param(name="head", value=head_names[0], bind=binding(options=head_names, name="head "))
-        chart = chart.add_params(head_param).transform_filter(alt.datum.head == head_param)
     return chart
 
 
