@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ def show_source(obj: Any) -> Any:
     module = inspect.getmodule(obj)
     if module is None or not module.__name__.startswith("transformer_lib"):
         raise ValueError(f"show_source is for transformer_lib code, got {obj!r}")
-    return Code(inspect.getsource(obj), language="python")
+    return Code(textwrap.dedent(inspect.getsource(obj)), language="python")
 
 
 # --- 1. Displaying charts (offline-capable renderer) -------------------------------------------
