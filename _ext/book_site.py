@@ -7,12 +7,14 @@ Sphinx bug, see ``_drop_repeated_inline_scripts``):
    made at build time by vl-convert (``vl_convert.javascript_bundle``), matched to altair's
    Vega-Lite version, cached under ``_build/.site_assets``, and added (deferred) to the pages that
    have a chart, i.e. an output of ``transformer_lib.viz``'s renderer (``<div class="tt-altair">``).
-2. Labels the Colab set-up cell: a code cell tagged ``colab-setup`` gets a note above it saying what
-   it is, so readers of the website know why a chapter starts with ``%pip install``.
+2. Labels the Colab set-up cell (the code cell that ``%pip install``-s transformer_lib from the
+   repository; every chapter opens with the same one): a note above it says what it is, so readers of
+   the website know why a chapter starts with an install. Chapters need no tag or metadata for this.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 BUNDLE_NAME = "vega-embed.js"
 CHART_MARKER = 'class="tt-altair"'
-SETUP_TAG = "colab-setup"
+SETUP_CLASS = "tt-colab-setup"
 
 
 def _vega_lite_version() -> str:
@@ -113,9 +115,22 @@ def _setup_note() -> nodes.admonition:
     return note
 
 
+def is_setup_cell(cell: nodes.Element) -> bool:
+    """A notebook code cell that installs transformer_lib from the repository (tests/test_book.py
+    checks that every chapter opens with the same one)."""
+    if "cell" not in cell.get("classes", []):
+        return False
+    for part in cell.findall(nodes.container):
+        if "cell_input" in part.get("classes", []):
+            code = part.astext()
+            return "%pip install" in code and "transformer_lib @ git+" in code
+    return False
+
+
 def _on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> None:
-    for cell in doctree.findall(nodes.container):
-        if f"tag_{SETUP_TAG}" in cell.get("classes", []):
+    for cell in list(doctree.findall(nodes.container)):
+        if is_setup_cell(cell):
+            cell["classes"].append(SETUP_CLASS)
             cell.insert(0, _setup_note())
 
 
@@ -123,4 +138,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", _on_builder_inited)
     app.connect("html-page-context", _on_html_page_context)
     app.connect("doctree-resolved", _on_doctree_resolved)
-    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
+    # A new env_version makes Sphinx rebuild every page: editing this file then shows on all of them.
+    env_version = int(hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:8], 16)
+    return {"version": "1.0", "env_version": env_version, "parallel_read_safe": True, "parallel_write_safe": True}

@@ -300,31 +300,33 @@ CHARTS_JS = """() => Array.from(document.querySelectorAll(".tt-altair")).map(box
           label: (box.querySelector("svg") && box.querySelector("svg").getAttribute("aria-label")) || ""};
 })"""
 
-# Points (viewport coordinates) over marks that carry a tooltip, to hover one after another.
+# Points (viewport coordinates) over marks that carry a tooltip, to hover one after another: the
+# middle and outline of areas (rects, symbols, bars) first, then points along lines and rules.
 TOOLTIP_POINTS_JS = """(id) => {
-  const box = document.getElementById(id), view = box.ttView, points = [], seen = new Set();
+  const box = document.getElementById(id), view = box.ttView, areas = [], strokes = [], seen = new Set();
   box.scrollIntoView({block: "center"});
-  function add(x, y) {
-    if (x >= 0 && y >= 0 && x < innerWidth && y < innerHeight && box.contains(document.elementFromPoint(x, y))) points.push([x, y]);
+  function add(list, x, y) {
+    if (x >= 0 && y >= 0 && x < innerWidth && y < innerHeight && box.contains(document.elementFromPoint(x, y))) list.push([x, y]);
   }
   (function walk(node) {
-    if (!node || points.length > 24) return;
+    if (!node || areas.length + strokes.length > 40) return;
     const el = node._svg || (node.mark && node.mark.items && node.mark.items[0] && node.mark.items[0]._svg);
     if (node.tooltip != null && el && !seen.has(el)) {
       seen.add(el);
+      const list = ["line", "trail", "rule"].includes(node.mark && node.mark.marktype) ? strokes : areas;
       const r = el.getBoundingClientRect();
-      add(r.left + r.width / 2, r.top + r.height / 2);
+      if (list === areas) add(list, r.left + r.width / 2, r.top + r.height / 2);
       if (el.getTotalLength && el.getScreenCTM) {
         const length = el.getTotalLength(), m = el.getScreenCTM();
         for (const f of [0.5, 0.25, 0.75]) {
           const p = el.getPointAtLength(f * length);
-          add(m.a * p.x + m.c * p.y + m.e, m.b * p.x + m.d * p.y + m.f);
+          add(list, m.a * p.x + m.c * p.y + m.e, m.b * p.x + m.d * p.y + m.f);
         }
       }
     }
     (node.items || []).forEach(walk);
   })(view.scenegraph().root);
-  return points;
+  return areas.concat(strokes).slice(0, 30);
 }"""
 
 TOOLTIP_SHOWN_JS = """() => {
@@ -388,7 +390,7 @@ BODY_CONTRAST_JS = """() => {
 SETUP_CELLS_JS = """() => Array.from(document.querySelectorAll("div.cell")).filter(c => {
   const code = c.querySelector(".cell_input pre");
   return code && code.textContent.includes("%pip install") && code.textContent.includes("transformer_lib @ git+");
-}).map(c => ({tagged: c.classList.contains("tag_colab-setup"), labelled: !!c.querySelector(".tt-colab-setup-note")}))"""
+}).map(c => !!c.querySelector(".tt-colab-setup-note"))"""
 
 RAW_CHART_TEXT = re.compile(r"alt\.\w*Chart\(\.\.\.\)|<VegaLite \d+ object>")
 
@@ -452,7 +454,7 @@ def hover_for_tooltip(page: Any, chart_id: str) -> str | None:
     for x, y in points:
         page.mouse.move(x, y)
         try:
-            handle = page.wait_for_function(TOOLTIP_SHOWN_JS, timeout=400)
+            handle = page.wait_for_function(TOOLTIP_SHOWN_JS, timeout=250)
         except Exception:  # not here: try the next point
             continue
         text = handle.json_value()
@@ -476,7 +478,7 @@ def exercise_inputs(page: Any, chart_id: str) -> tuple[int, list[str]]:
             if not others:
                 continue
             control.select_option(others[-1])
-        elif kind in ("checkbox", "radio"):
+        elif kind == "checkbox" or (kind == "radio" and not control.is_checked()):
             control.click()
         elif kind == "range":
             control.evaluate(
@@ -542,13 +544,12 @@ def test_page_in_light_mode(browser: Any, site: str, path: str) -> None:
                 "a chart shows as text (altair's default renderer): import transformer_lib.viz before displaying charts"
             )
         setup_cells = page.evaluate(SETUP_CELLS_JS)
-        for cell in setup_cells:
-            if not (cell["tagged"] and cell["labelled"]):
-                problems.append('the Colab set-up cell is not labelled: give it the cell tag "colab-setup"')
+        if not all(setup_cells):
+            problems.append("a Colab set-up cell has no note saying what it is (_ext/book_site.py)")
 
         links = page.eval_on_selector_all(f'a[href^="{COLAB}"]', "as => as.map(a => a.href)")
         chapter = chapter_of(path)
-        download = None
+        download, pending = None, []
         if chapter:
             if len(setup_cells) != 1:
                 problems.append(f"chapter has {len(setup_cells)} Colab set-up cells, expected 1")
@@ -566,10 +567,18 @@ def test_page_in_light_mode(browser: Any, site: str, path: str) -> None:
                 if not served.ok or served.json() != committed:
                     problems.append(f"the download button does not give the committed book/{chapter}.ipynb")
         elif path == ROOT_PAGE and links:
-            # The introduction's badge table: one link per chapter, each to that chapter's notebook.
+            # The introduction's badge table: every chapter has a badge, each to its own notebook.
+            # A badge for a chapter not written yet (its notebook is not in book/) is listed in the
+            # report, not failed: chapters land one by one, the table is written for all of them.
             chapters = sorted(filter(None, map(chapter_of, PAGES)))
-            if sorted(links) != sorted(colab_url(c) for c in chapters):
-                problems.append(f"Colab badges {sorted(links)} should be exactly those of chapters {chapters}")
+            problems += [f"no Colab badge for chapter {c}" for c in chapters if colab_url(c) not in links]
+            pattern = re.compile(re.escape(colab_url("@")).replace("@", r"(\w+)") + "$")
+            for href in links:
+                match = pattern.match(href)
+                if not match:
+                    problems.append(f"Colab badge {href} does not open a chapter notebook of {REPO_URL}@{BRANCH}")
+                elif not (ROOT / "book" / f"{match.group(1)}.ipynb").exists():
+                    pending.append(match.group(1))
         elif links:
             problems.append(f"Colab links on a page that is not a chapter: {links}")
 
@@ -587,6 +596,7 @@ def test_page_in_light_mode(browser: Any, site: str, path: str) -> None:
                 "images": images["count"],
                 "colab_links": links,
                 "download": download,
+                "badges_for_chapters_not_written_yet": pending,
                 "blocked": record.blocked,
                 "problems": problems,
                 "screenshot": str(shot.relative_to(ROOT)),
@@ -664,10 +674,11 @@ def test_a_chart_with_tooltips_is_on_the_site() -> None:
 
 
 def _page_title(path: str) -> str:
-    html = (SITE / path).read_text(encoding="utf-8")
-    match = re.search(r"<h1>(.*?)<a class=\"headerlink\"", html, re.S)
-    assert match, f"{path} has no <h1> title"
-    return html_lib.unescape(re.sub(r"<[^>]+>", "", match.group(1))).strip()
+    """The page's own title, from ``<title>2. Masking &#8212; Book</title>``, without its number."""
+    match = re.search(r"<title>(.*?)</title>", (SITE / path).read_text(encoding="utf-8"), re.S)
+    assert match, f"{path} has no <title>"
+    title = html_lib.unescape(match.group(1)).rsplit(" \u2014 ", 1)[0]
+    return re.sub(r"^\d+(\.\d+)*\.?\s+", "", title).strip()
 
 
 def test_search_finds_every_page_by_its_title(browser: Any, site: str) -> None:
@@ -801,7 +812,9 @@ def summarize() -> str:
         parts = [f"{r['mode']:5}", f"math {r.get('math', '-')}", f"charts {r.get('charts', 0)}"]
         if r["mode"] == "light":
             parts += [f"tooltips {r['tooltips_shown']}", f"inputs {r['inputs_changed']}", f"images {r['images']}"]
-            parts += [f"colab {'ok' if r['colab_links'] else '-'}", f"download {'ok' if r['download'] else '-'}"]
+            parts += [f"colab links {len(r['colab_links'])}", f"download {'ok' if r['download'] else '-'}"]
+            if r["badges_for_chapters_not_written_yet"]:
+                parts.append(f"badges for chapters not written yet: {r['badges_for_chapters_not_written_yet']}")
         if r.get("min_chart_contrast"):
             parts.append(f"chart contrast >= {r['min_chart_contrast']:.1f}")
         parts += [f"blocked {len(r['blocked'])}", f"problems {len(r['problems'])}"]
