@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 # Two pytest workers on two cores: one BLAS thread each, or they fight over the cores.
 PYTEST_WORKERS ?= 2
 
-.PHONY: book test setup checks unit notebooks browser clean
+.PHONY: book test site-test setup checks unit notebooks browser clean
 
 setup: $(STAMP)
 
@@ -31,9 +31,12 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 # Two cores: the site build (it executes every chapter) runs beside the library tests and nbmake
-# (one BLAS thread each), then the browser test drives Chromium over the built site.
+# (one BLAS thread each); the browser test starts once the site is built. -k: a failure does not
+# stop the other checks, so one run reports everything (and fails if anything failed).
 test: $(STAMP)
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target book checks
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test checks
+
+site-test: book
 	$(MAKE) --no-print-directory browser
 
 # Everything but the browser test: library tests and every notebook (nbmake), in one process.

@@ -454,7 +454,7 @@ def hover_for_tooltip(page: Any, chart_id: str) -> str | None:
     for x, y in points:
         page.mouse.move(x, y)
         try:
-            handle = page.wait_for_function(TOOLTIP_SHOWN_JS, timeout=250)
+            handle = page.wait_for_function(TOOLTIP_SHOWN_JS, timeout=1000)
         except Exception:  # not here: try the next point
             continue
         text = handle.json_value()
