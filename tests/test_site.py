@@ -722,7 +722,7 @@ def _demo_chart() -> Any:
     ]
     head = alt.param(name="head", value=0, bind=alt.binding_select(options=[0, 1], name="head "))
     return (
-        alt.Chart(alt.Data(values=rows), title="renderer test")
+        alt.Chart(alt.Data(values=rows), title="renderer test: </script> __CDN__ & <!--")
         .mark_rect()
         .encode(x="key:N", y="query:N", color="weight:Q", tooltip=["query:N", "key:N", "weight:Q"])
         .add_params(head)

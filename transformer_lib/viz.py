@@ -43,9 +43,9 @@ def show_source(obj: Any) -> Any:
 #   - the Vega-Lite JSON under the Vega-Lite mimetype, for front ends that draw that natively.
 # The interactive chart follows the website's light/dark switch (and JupyterLab's dark theme).
 
-import hashlib  # noqa: E402  (section-local imports keep this section self-contained)
-import itertools  # noqa: E402
-import json  # noqa: E402
+import json  # noqa: E402  (section-local imports keep this section self-contained)
+import re  # noqa: E402
+import uuid  # noqa: E402
 from base64 import b64encode  # noqa: E402
 from html import escape  # noqa: E402
 
@@ -67,7 +67,6 @@ _CDN = {
     "vegaLite": f"https://cdn.jsdelivr.net/npm/vega-lite@{alt.VEGALITE_VERSION}?noext",
     "vegaEmbed": f"https://cdn.jsdelivr.net/npm/vega-embed@{alt.VEGAEMBED_VERSION}?noext",
 }
-_chart_counter = itertools.count(1)
 
 # Placeholders: __ID__, __SPEC__, __OPTIONS__, __CDN__ (JSON, made safe to sit inside <script>).
 _EMBED_SCRIPT = """\
@@ -164,7 +163,7 @@ _EMBED_SCRIPT = """\
 
 def _script_json(value: Any) -> str:
     """JSON that can sit inside a ``<script>`` element (no ``</script>`` or ``<!--`` in strings)."""
-    text = json.dumps(value, separators=(",", ":"), sort_keys=True)
+    text = json.dumps(value, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -192,8 +191,8 @@ def chart_mimebundle(spec: dict, **metadata: Any) -> dict[str, Any]:
         A Jupyter mimebundle with ``text/html`` (static SVG plus the script that makes it interactive),
         the Vega-Lite JSON, and ``text/plain``.
     """
-    digest = hashlib.sha1(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    chart_id = f"{CHART_CLASS}-{digest}-{next(_chart_counter)}"
+    # Random, not counted: after a kernel restart a counter would repeat ids still on the page.
+    chart_id = f"{CHART_CLASS}-{uuid.uuid4().hex[:16]}"
     svg = spec_to_mimebundle(
         spec,
         format="svg",
@@ -203,12 +202,9 @@ def chart_mimebundle(spec: dict, **metadata: Any) -> dict[str, Any]:
         vegalite_version=alt.VEGALITE_VERSION,
     )["image/svg+xml"]
     label = _chart_label(spec)
-    script = (
-        _EMBED_SCRIPT.replace("__ID__", _script_json(chart_id))
-        .replace("__SPEC__", _script_json(spec))
-        .replace("__OPTIONS__", _script_json(metadata.get("embed_options") or {}))
-        .replace("__CDN__", _script_json(_CDN))
-    )
+    values = {"ID": chart_id, "SPEC": spec, "OPTIONS": metadata.get("embed_options") or {}, "CDN": _CDN}
+    # One pass, so a placeholder-like string inside the spec is never replaced in turn.
+    script = re.sub(r"__(ID|SPEC|OPTIONS|CDN)__", lambda m: _script_json(values[m.group(1)]), _EMBED_SCRIPT)
     image = b64encode(svg.encode("utf-8")).decode("ascii")
     html = (
         f'<div class="{CHART_CLASS}" id="{chart_id}" data-tt-status="static">'
