@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from .masking import causal_mask
@@ -346,14 +345,17 @@ def _beam_search(
 
     for step in range(max_len):
         inputs = tokens[:, -1:] if use_cache else tokens  # (B*K, 1) or (B*K, T)
-        logits = next_token_logits(model, inputs, memory, src_mask, cache)  # (B*K, V)
-        V = logits.size(-1)
-        log_probs = F.log_softmax(logits.float(), dim=-1).view(B, K, V)  # (B, K, V)
-        candidates = (beam_scores[:, :, None] + log_probs).view(B, K * V)  # (B, K*V)
-        # 2K candidates: at most K of them end in <eos> (one per hypothesis), so K can go on.
-        top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (B, 2K)
-        top_origin = torch.div(top_index, V, rounding_mode="floor")  # (B, 2K) which hypothesis
-        top_token = top_index % V  # (B, 2K) which token extends it
+        logits = next_token_logits(model, inputs, memory, src_mask, cache).float()  # (B*K, V)
+        # We keep 2K candidates: at most K of them end in <eos> (one per hypothesis), so K can go
+        # on. Each of the best 2K of all K*V extensions is among the best 2K of its own hypothesis,
+        # so we look at those only: log P = logit - logsumexp(logits), for 2K tokens instead of V.
+        n = min(2 * K, logits.size(-1))
+        best_logits, best_tokens = logits.topk(n, dim=-1)  # (B*K, n)
+        log_probs = best_logits - logits.logsumexp(dim=-1, keepdim=True)  # (B*K, n)
+        candidates = (beam_scores.view(B * K, 1) + log_probs).view(B, K * n)  # (B, K*n)
+        top_scores, top_index = candidates.topk(min(2 * K, K * n), dim=-1)  # (B, 2K)
+        top_origin = torch.div(top_index, n, rounding_mode="floor")  # (B, 2K) which hypothesis
+        top_token = best_tokens.view(B, K * n).gather(1, top_index)  # (B, 2K) which token extends it
         ends = top_token == eos_id  # (B, 2K)
 
         # Set aside the candidates that end, if they rank among the best K (a lower-ranked one would
