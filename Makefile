@@ -31,10 +31,10 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 test: book
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --nbmake tests book
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --doctest-modules transformer_lib tests --nbmake book
 
 unit: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) tests -m "not browser"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --doctest-modules transformer_lib tests -m "not browser"
 
 notebooks: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --nbmake book
