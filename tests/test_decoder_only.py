@@ -13,11 +13,14 @@ from torch import nn
 
 from transformer_lib.blocks import DecoderLayer, EncoderLayer
 from transformer_lib.checks import check_causal
+from transformer_lib.decoding import greedy_continue, sample_continue
 from transformer_lib.masking import causal_mask, to_torch_blocked
 from transformer_lib.model import POSITIONAL, DecoderOnlyTransformer, TransformerConfig, count_parameters
 from transformer_lib.reference import torch_encoder_layer
 
 V = 12
+PAD, BOS, EOS = 0, 2, 3
+NEVER = 10**6  # an <eos> the model cannot produce: generation runs to max_len
 
 
 def lm(positional: str = "sinusoidal", **overrides) -> DecoderOnlyTransformer:
@@ -92,6 +95,41 @@ def test_cached_decoding_equals_the_full_pass(positional: str) -> None:
     torch.testing.assert_close(torch.cat([prompt, *steps], dim=1), full, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("positional", POSITIONAL)
+def test_generation_with_the_cache_equals_generation_without(positional: str) -> None:
+    model = lm(positional, norm_first=True)
+    prompt = torch.randint(4, V, (3, 5))
+    cached = greedy_continue(model, prompt, max_len=8, eos_id=NEVER, pad_id=PAD)
+    uncached = greedy_continue(model, prompt, max_len=8, eos_id=NEVER, pad_id=PAD, use_cache=False)
+    assert cached.shape == (3, 8) and torch.equal(cached, uncached)
+    # ...and both equal the plainest loop: the whole sequence through forward, argmax of the last
+    tokens = prompt
+    model.eval()  # (generation does this itself, and restores the mode after)
+    for _ in range(8):
+        tokens = torch.cat([tokens, model(tokens)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    model.train()
+    assert torch.equal(tokens[:, 5:], cached)
+    draws = [
+        sample_continue(model, prompt, max_len=8, eos_id=NEVER, pad_id=PAD, top_k=5,
+                        generator=torch.Generator().manual_seed(3), use_cache=use_cache)
+        for use_cache in (True, False, True)
+    ]
+    assert torch.equal(draws[0], draws[1]) and torch.equal(draws[0], draws[2])
+    assert model.training, "generation restores the model's mode"
+
+
+def test_generation_stops_each_row_at_its_eos() -> None:
+    model = lm().eval()
+    prompt = torch.randint(4, V, (4, 3))
+    free = greedy_continue(model, prompt, max_len=6, eos_id=NEVER, pad_id=PAD)
+    eos = int(free[0, 1])  # the token row 0 produces second: treat it as <eos>
+    out = greedy_continue(model, prompt, max_len=6, eos_id=eos, pad_id=PAD)
+    for row, generated in zip(free, out):
+        hits = (row == eos).nonzero()
+        end = int(hits[0]) + 1 if len(hits) else 6
+        assert torch.equal(generated[:end], row[:end]) and (generated[end:] == PAD).all()
+
+
 def test_attention_maps_are_causal_per_layer() -> None:
     model = lm().eval()
     maps = model.attention_maps(torch.randint(1, V, (2, 6)))
@@ -105,7 +143,7 @@ def test_decoder_only_learns_to_continue_with_the_reversal() -> None:
     model = lm("rope", d_model=32, d_ff=64, dropout=0.0, norm_first=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(0)
-    BOS, EOS, n = 2, 3, 5
+    n = 5
 
     def reverse_batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randint(4, 9, (size, n), generator=generator)
@@ -127,6 +165,10 @@ def test_decoder_only_learns_to_continue_with_the_reversal() -> None:
     answer = targets != -100
     accuracy = (predicted[answer] == targets[answer]).float().mean().item()
     assert accuracy > 0.9, f"token accuracy {accuracy:.2f} after 300 steps"
+    # and it answers by itself: greedy continuation of "x_1 .. x_n <bos>"
+    answers = greedy_continue(model, inputs[:, : n + 1], max_len=n + 1, eos_id=EOS, pad_id=PAD)
+    correct = (answers == targets[:, n:]).all(dim=1).float().mean().item()
+    assert correct > 0.6, f"{correct:.0%} of reversals right"
 
 
 def test_bad_input_and_config_are_named() -> None:
@@ -142,3 +184,9 @@ def test_bad_input_and_config_are_named() -> None:
         model(tokens[0])
     with pytest.raises(ValueError, match=r"positions 0\.\.40 do not fit the positional table of max_len=40"):
         model(torch.randint(1, V, (1, 41)))
+    with pytest.raises(ValueError, match="the prompt holds pad_id=0"):
+        greedy_continue(model, torch.tensor([[5, 6, 0]]), max_len=3, eos_id=EOS, pad_id=PAD)
+    with pytest.raises(ValueError, match=r"need 41 positions, more than the model's config.max_len=40; use max_len <= 38"):
+        greedy_continue(model, torch.full((1, 3), 5), max_len=39, eos_id=EOS, pad_id=PAD)
+    with pytest.raises(ValueError, match=r"prompt must be a \(B, P\) tensor"):
+        sample_continue(model, torch.full((3,), 5), max_len=3, eos_id=EOS, pad_id=PAD)
