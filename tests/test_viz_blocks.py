@@ -102,3 +102,17 @@ def test_architecture_diagram_highlights_only_known_parts() -> None:
     assert bold == {"Feed-forward"}
     with pytest.raises(ValueError, match="unknown part"):
         viz.architecture_diagram(highlight=["softmax"])
+
+
+def test_per_layer_chart_panels_share_one_legend_selection_without_warnings(recwarn) -> None:
+    chart = viz.per_layer_chart(
+        {"encoder": {"Post-LN": [1.0, 1.0], "Pre-LN": [2.0, 1.0]}, "decoder": {"Post-LN": [1.0, 3.0], "Pre-LN": [1.0, 1.0]}},
+        y_title="gradient norm",
+    )
+    spec = chart.to_dict()
+    assert not [w for w in recwarn if "deduplicated" in str(w.message)]
+    assert spec["facet"]["column"]["sort"] == ["encoder", "decoder"]
+    assert spec["resolve"]["scale"]["y"] == "independent"
+    assert len([p for p in spec["params"] if p.get("bind") == "legend"]) == 1
+    rows = spec["datasets"][next(iter(spec["datasets"]))]
+    assert len(rows) == 8 and {r["panel"] for r in rows} == {"encoder", "decoder"}

@@ -79,7 +79,7 @@ def architecture_diagram(highlight: Sequence[str] = (), ax: Any = None) -> Any:
         "embedding": "#f4c28a", "positional": "#f4c28a", "attention": "#f6a6a6", "cross_attention": "#f6a6a6",
         "feed_forward": "#a8d5f2", "add_norm": "#f2ef9c", "output": "#c9b3e6",
     }
-    width, height = 2.6, 0.52
+    width, height = 2.75, 0.52
 
     def box(x: float, y: float, text: str, part: str) -> None:
         on = part in highlight
@@ -217,38 +217,48 @@ def positional_curves(
     for d in dims:
         wavelength = 2 * np.pi * 10000 ** ((d - d % 2) / d_model)
         series[f"dim {d} ({'sin' if d % 2 == 0 else 'cos'}, wavelength {wavelength:,.1f})"] = values[:, d]
-    return _lines(series, np.arange(n_positions), x_title="position p", y_title="PE(p, dim)",
+    return _lines({"": series}, np.arange(n_positions), x_title="position p", y_title="PE(p, dim)",
                   series_title="dimension", title=title, log_y=False, points=False, width=width, height=height)
 
 
 def _lines(
-    series: Mapping[str, Any], x_values: Any, *, x_title: str, y_title: str, series_title: str,
+    panels: Mapping[str, Mapping[str, Any]], x_values: Any, *, x_title: str, y_title: str, series_title: str,
     title: str | None, log_y: bool, points: bool, width: int, height: int,
 ) -> Any:
+    """Line chart(s): ``panels`` maps a panel title ("" for a single chart) to name -> values."""
     import altair as alt
     import pandas as pd
 
-    if not series:
+    frames, names = [], []
+    for panel, series in panels.items():
+        for name, values in series.items():
+            y = _as_array(values).ravel()
+            x = np.arange(1, len(y) + 1) if x_values is None else _as_array(x_values).ravel()
+            if len(x) != len(y):
+                raise ValueError(f"series {name!r} has {len(y)} values but there are {len(x)} x values")
+            frames.append(pd.DataFrame({"x": x, "y": y, "series": name, "panel": panel}))
+            names += [] if name in names else [name]
+    if not frames:
         raise ValueError("series is empty: pass at least one name -> values")
-    frames = []
-    for name, values in series.items():
-        y = _as_array(values).ravel()
-        x = np.arange(1, len(y) + 1) if x_values is None else _as_array(x_values).ravel()
-        if len(x) != len(y):
-            raise ValueError(f"series {name!r} has {len(y)} values but there are {len(x)} x values")
-        frames.append(pd.DataFrame({"x": x, "y": y, "series": name}))
     data = pd.concat(frames, ignore_index=True)
     pick = alt.selection_point(fields=["series"], bind="legend")
-    base = alt.Chart(data, title=title or "", description=title or f"{y_title} against {x_title}").encode(
+    tooltip = [alt.Tooltip("series:N", title=series_title), alt.Tooltip("x:Q", title=x_title),
+               alt.Tooltip("y:Q", title=y_title, format=".4g")]
+    faceted = len(panels) > 1
+    chart = alt.Chart(data).mark_line(point=points, strokeWidth=2).encode(
         x=alt.X("x:Q", title=x_title, axis=alt.Axis(tickMinStep=1) if points else alt.Axis()),
         y=alt.Y("y:Q", title=y_title, scale=alt.Scale(type="log") if log_y else alt.Scale(zero=False)),
-        color=alt.Color("series:N", title=series_title, sort=list(series)),
+        color=alt.Color("series:N", title=series_title, sort=names),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
-        tooltip=[alt.Tooltip("series:N", title=series_title), alt.Tooltip("x:Q", title=x_title),
-                 alt.Tooltip("y:Q", title=y_title, format=".4g")],
-    )
-    chart = base.mark_line(point=points, strokeWidth=2)
-    return chart.add_params(pick).properties(width=width, height=height)
+        tooltip=([alt.Tooltip("panel:N", title="panel")] if faceted else []) + tooltip,
+    ).add_params(pick).properties(width=width, height=height)
+    description = title or f"{y_title} against {x_title}"
+    if not faceted:
+        return chart.properties(title=title or "", description=description)
+    return chart.facet(
+        column=alt.Column("panel:N", title=None, sort=list(panels), header=alt.Header(labelFontSize=13)),
+        title=title or "", description=description,
+    ).resolve_scale(y="independent")
 
 
 def per_layer_chart(
@@ -266,20 +276,24 @@ def per_layer_chart(
     """One line per variant of a per-layer measurement (gradient norm, surviving signal, ...).
 
     Args:
-        series: name -> values, one value per layer, bottom layer first; all the same length.
+        series: name -> values, one value per layer, bottom layer first; all the same length. For
+            side-by-side panels (e.g. encoder and decoder) pass panel title -> (name -> values); the
+            panels share the legend and have their own y scales.
         y_title, x_title, series_title, title: labels.
         first_layer: the layer number of the first value (``0`` when it is the stack's input).
         log_y: logarithmic y axis.
-        width, height: size in pixels.
+        width, height: size of one panel in pixels.
 
     Returns:
-        An ``alt.Chart``: hover a point for its value; click a legend entry to highlight that variant.
+        An ``alt.Chart`` (``alt.FacetChart`` for panels): hover a point for its value; click a legend
+        entry to highlight that variant.
     """
-    lengths = {len(_as_array(v).ravel()) for v in series.values()}
+    panels = series if series and all(isinstance(v, Mapping) for v in series.values()) else {"": series}
+    lengths = {len(_as_array(v).ravel()) for panel in panels.values() for v in panel.values()}
     if len(lengths) > 1:
         raise ValueError(f"every variant needs one value per layer; got lengths {sorted(lengths)}")
     layers = np.arange(first_layer, first_layer + (lengths.pop() if lengths else 0))
-    return _lines(series, layers, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
+    return _lines(panels, layers, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
                   log_y=log_y, points=True, width=width, height=height)
 
 
@@ -306,7 +320,7 @@ def loss_curves_chart(
     Returns:
         An ``alt.Chart``.
     """
-    return _lines(curves, steps, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
+    return _lines({"": curves}, steps, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
                   log_y=log_y, points=False, width=width, height=height)
 
 
