@@ -342,7 +342,7 @@ def value_histograms(
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 3.2))
+        _, ax = plt.subplots(figsize=(5.6, 3.2))
     arrays = {name: _as_array(values).ravel() for name, values in samples.items()}
     low = min(a.min() for a in arrays.values())
     high = max(a.max() for a in arrays.values())
@@ -353,7 +353,8 @@ def value_histograms(
     ax.set_ylabel("density")
     if title:
         ax.set_title(title)
-    ax.legend(frameon=False, fontsize=9)
+    # Outside the axes, so that it never hides a distribution.
+    ax.legend(frameon=False, fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
 
 
