@@ -94,16 +94,6 @@ def test_matplotlib_figures_return_labelled_axes() -> None:
         viz.position_change_bars({"a": [1, 2], "b": [1]})
 
 
-def test_architecture_diagram_highlights_only_known_parts() -> None:
-    ax = viz.architecture_diagram(highlight=["feed_forward"])
-    texts = [t.get_text() for t in ax.texts]
-    assert "Feed-forward" in texts and "Encoder" in texts and "Decoder" in texts
-    bold = {t.get_text() for t in ax.texts if t.get_fontweight() == "bold" and t.get_text() not in ("Encoder", "Decoder")}
-    assert bold == {"Feed-forward"}
-    with pytest.raises(ValueError, match="unknown part"):
-        viz.architecture_diagram(highlight=["softmax"])
-
-
 def test_per_layer_chart_panels_share_one_legend_selection_without_warnings(recwarn) -> None:
     chart = viz.per_layer_chart(
         {"encoder": {"Post-LN": [1.0, 1.0], "Pre-LN": [2.0, 1.0]}, "decoder": {"Post-LN": [1.0, 3.0], "Pre-LN": [1.0, 1.0]}},
