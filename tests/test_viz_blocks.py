@@ -42,6 +42,14 @@ def test_positional_heatmap_has_one_cell_per_entry_with_the_value_in_the_tooltip
     assert {t["title"] for t in spec["encoding"]["tooltip"]} == {"position p", "dimension i", "PE"}
 
 
+def test_positional_heatmap_is_diverging_around_zero_or_sequential() -> None:
+    values = torch.tensor([[1.0, -3.0], [0.5, 2.0]])
+    diverging = viz.positional_heatmap(values).to_dict()["encoding"]["color"]["scale"]
+    assert diverging["domain"] == [-3.0, 3.0] and diverging["scheme"] == "redblue"
+    sequential = viz.positional_heatmap(values.abs(), diverging=False).to_dict()["encoding"]["color"]["scale"]
+    assert "domain" not in sequential and sequential["scheme"] == "viridis"
+
+
 def test_positional_heatmap_accepts_a_tensor_that_requires_grad_and_rejects_1d() -> None:
     viz.positional_heatmap(torch.randn(3, 4, requires_grad=True)).to_dict()
     with pytest.raises(ValueError, match="2-D"):

@@ -566,6 +566,7 @@ def positional_heatmap(
     y_title: str = "position p",
     value_title: str = "value",
     title: str | None = None,
+    diverging: bool = True,
     width: int = 480,
     height: int | None = None,
 ) -> Any:
@@ -578,6 +579,8 @@ def positional_heatmap(
         values: ``(rows, columns)`` array or tensor.
         x_title, y_title, value_title: axis and colour-legend titles (also used in the tooltip).
         title: chart title.
+        diverging: a red-blue scale symmetric around 0 (for signed values such as sines); else
+            a sequential scale over the values' range.
         width, height: size in pixels (``height`` defaults to square cells).
 
     Returns:
@@ -593,12 +596,13 @@ def positional_heatmap(
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     data = pd.DataFrame({"row": r.ravel(), "col": c.ravel(), "value": matrix.ravel()})
     limit = float(np.abs(matrix).max()) or 1.0
+    scale = (alt.Scale(scheme="redblue", domain=[-limit, limit], reverse=True) if diverging
+             else alt.Scale(scheme="viridis", zero=False))
     height = height if height is not None else max(120, round(width * rows / cols))
     return alt.Chart(data, title=title or "", description=title or f"{y_title} by {x_title}").mark_rect().encode(
         x=alt.X("col:O", title=x_title, axis=alt.Axis(labelAngle=0, labelOverlap=True)),
         y=alt.Y("row:O", title=y_title, axis=alt.Axis(labelOverlap=True)),
-        color=alt.Color("value:Q", title=value_title,
-                        scale=alt.Scale(scheme="redblue", domain=[-limit, limit], reverse=True)),
+        color=alt.Color("value:Q", title=value_title, scale=scale),
         tooltip=[alt.Tooltip("row:O", title=y_title), alt.Tooltip("col:O", title=x_title),
                  alt.Tooltip("value:Q", title=value_title, format=".4f")],
     ).properties(width=width, height=height)
@@ -609,7 +613,7 @@ def positional_curves(
     dims: Sequence[int],
     *,
     title: str | None = None,
-    width: int = 560,
+    width: int = 480,
     height: int = 240,
 ) -> Any:
     """Chosen columns of a positional-encoding table as curves over the positions.
@@ -666,7 +670,9 @@ def _lines(
     chart = alt.Chart(data).mark_line(point=points, strokeWidth=2).encode(
         x=alt.X("x:Q", title=x_title, axis=alt.Axis(tickMinStep=1) if points else alt.Axis()),
         y=alt.Y("y:Q", title=y_title, scale=alt.Scale(type="log") if log_y else alt.Scale(zero=False)),
-        color=alt.Color("series:N", title=series_title, sort=names),
+        color=alt.Color("series:N", title=series_title, sort=names,
+                        # below the plot, so that it never pushes the chart off a narrow page
+                        legend=alt.Legend(orient="bottom", columns=2, labelLimit=320)),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
         tooltip=([alt.Tooltip("panel:N", title="panel")] if faceted else []) + tooltip,
     ).add_params(pick).properties(width=width, height=height)
@@ -688,7 +694,7 @@ def per_layer_chart(
     first_layer: int = 1,
     title: str | None = None,
     log_y: bool = False,
-    width: int = 300,
+    width: int = 260,
     height: int = 220,
 ) -> Any:
     """One line per variant of a per-layer measurement (gradient norm, surviving signal, ...).
@@ -724,7 +730,7 @@ def loss_curves_chart(
     series_title: str = "run",
     title: str | None = None,
     log_y: bool = False,
-    width: int = 520,
+    width: int = 480,
     height: int = 260,
 ) -> Any:
     """Training curves, one line per run, with a clickable legend.
