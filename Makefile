@@ -41,10 +41,10 @@ site-test: book
 
 # Everything but the browser test: library tests and every notebook (nbmake), in one process.
 checks: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --nbmake tests book -m "not browser"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --doctest-modules transformer_lib --nbmake tests book -m "not browser"
 
 unit: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) tests -m "not browser"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --doctest-modules transformer_lib tests -m "not browser"
 
 notebooks: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --nbmake book
