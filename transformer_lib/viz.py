@@ -542,6 +542,289 @@ def architecture_diagram(highlight: Sequence[str] = (), ax: Axes | None = None) 
 
 
 # --- 3. Embedding and block figures (chapters 3, 4) ---------------------------------------------
+#
+# Inputs are tensors or arrays (CPU, any float dtype; no gradient needed) plus labels. altair charts
+# carry tooltips and a legend that highlights one series on click; matplotlib functions draw into
+# the ``ax`` given (or a new figure) and return it.
+
+from collections.abc import Mapping, Sequence  # noqa: E402  (section-local imports)
+
+import numpy as np  # noqa: E402
+
+
+def _as_array(values: Any) -> np.ndarray:
+    """A float numpy array from a tensor (detached, on the CPU), an array or nested sequences."""
+    if hasattr(values, "detach"):
+        values = values.detach().float().cpu().numpy()
+    return np.asarray(values, dtype=float)
+
+
+def positional_heatmap(
+    values: Any,
+    *,
+    x_title: str = "dimension i",
+    y_title: str = "position p",
+    value_title: str = "value",
+    title: str | None = None,
+    diverging: bool = True,
+    width: int = 480,
+    height: int | None = None,
+) -> Any:
+    """A matrix as an altair heatmap, row 0 at the top, with the value under the mouse.
+
+    Used for the positional-encoding table (positions on rows, dimensions on columns) and for the
+    similarity of positional encodings (position on rows and columns).
+
+    Args:
+        values: ``(rows, columns)`` array or tensor.
+        x_title, y_title, value_title: axis and colour-legend titles (also used in the tooltip).
+        title: chart title.
+        diverging: a red-blue scale symmetric around 0 (for signed values such as sines); else
+            a sequential scale over the values' range.
+        width, height: size in pixels (``height`` defaults to square cells).
+
+    Returns:
+        An ``alt.Chart``.
+    """
+    import altair as alt
+    import pandas as pd
+
+    matrix = _as_array(values)
+    if matrix.ndim != 2:
+        raise ValueError(f"values must be a 2-D matrix, got shape {matrix.shape}")
+    rows, cols = matrix.shape
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    data = pd.DataFrame({"row": r.ravel(), "col": c.ravel(), "value": matrix.ravel()})
+    limit = float(np.abs(matrix).max()) or 1.0
+    scale = (alt.Scale(scheme="redblue", domain=[-limit, limit], reverse=True) if diverging
+             else alt.Scale(scheme="viridis", zero=False))
+    height = height if height is not None else max(120, round(width * rows / cols))
+    return alt.Chart(data, title=title or "", description=title or f"{y_title} by {x_title}").mark_rect().encode(
+        x=alt.X("col:O", title=x_title, axis=alt.Axis(labelAngle=0, labelOverlap=True)),
+        y=alt.Y("row:O", title=y_title, axis=alt.Axis(labelOverlap=True)),
+        color=alt.Color("value:Q", title=value_title, scale=scale),
+        tooltip=[alt.Tooltip("row:O", title=y_title), alt.Tooltip("col:O", title=x_title),
+                 alt.Tooltip("value:Q", title=value_title, format=".4f")],
+    ).properties(width=width, height=height)
+
+
+def positional_curves(
+    table: Any,
+    dims: Sequence[int],
+    *,
+    title: str | None = None,
+    width: int = 480,
+    height: int = 240,
+) -> Any:
+    """Chosen columns of a positional-encoding table as curves over the positions.
+
+    Each column is labelled with its dimension, whether it is a sine (even) or cosine (odd), and
+    its wavelength :math:`2\\pi \\cdot 10000^{2i/D}` in positions.
+
+    Args:
+        table: ``(positions, D)`` table, e.g. from :func:`transformer_lib.embeddings.sinusoidal_table`.
+        dims: which dimensions (columns) to draw.
+
+    Returns:
+        An ``alt.Chart``: click a legend entry to pick one dimension out; hover for values.
+    """
+    values = _as_array(table)
+    if values.ndim != 2:
+        raise ValueError(f"table must be (positions, D), got shape {values.shape}")
+    n_positions, d_model = values.shape
+    bad = [d for d in dims if not 0 <= d < d_model]
+    if bad:
+        raise ValueError(f"dimensions {bad} are outside the table's 0..{d_model - 1}")
+    series = {}
+    for d in dims:
+        wavelength = 2 * np.pi * 10000 ** ((d - d % 2) / d_model)
+        series[f"dim {d} ({'sin' if d % 2 == 0 else 'cos'}, wavelength {wavelength:,.1f})"] = values[:, d]
+    return _lines({"": series}, np.arange(n_positions), x_title="position p", y_title="PE(p, dim)",
+                  series_title="dimension", title=title, log_y=False, points=False, width=width, height=height)
+
+
+def _lines(
+    panels: Mapping[str, Mapping[str, Any]], x_values: Any, *, x_title: str, y_title: str, series_title: str,
+    title: str | None, log_y: bool, points: bool, width: int, height: int,
+) -> Any:
+    """Line chart(s): ``panels`` maps a panel title ("" for a single chart) to name -> values."""
+    import altair as alt
+    import pandas as pd
+
+    frames, names = [], []
+    for panel, series in panels.items():
+        for name, values in series.items():
+            y = _as_array(values).ravel()
+            x = np.arange(1, len(y) + 1) if x_values is None else _as_array(x_values).ravel()
+            if len(x) != len(y):
+                raise ValueError(f"series {name!r} has {len(y)} values but there are {len(x)} x values")
+            frames.append(pd.DataFrame({"x": x, "y": y, "series": name, "panel": panel}))
+            names += [] if name in names else [name]
+    if not frames:
+        raise ValueError("series is empty: pass at least one name -> values")
+    data = pd.concat(frames, ignore_index=True)
+    pick = alt.selection_point(fields=["series"], bind="legend")
+    tooltip = [alt.Tooltip("series:N", title=series_title), alt.Tooltip("x:Q", title=x_title),
+               alt.Tooltip("y:Q", title=y_title, format=".4g")]
+    faceted = len(panels) > 1
+    chart = alt.Chart(data).mark_line(point=points, strokeWidth=2).encode(
+        x=alt.X("x:Q", title=x_title, axis=alt.Axis(tickMinStep=1) if points else alt.Axis()),
+        y=alt.Y("y:Q", title=y_title, scale=alt.Scale(type="log") if log_y else alt.Scale(zero=False)),
+        color=alt.Color("series:N", title=series_title, sort=names,
+                        # below the plot, so that it never pushes the chart off a narrow page
+                        legend=alt.Legend(orient="bottom", columns=2, labelLimit=320)),
+        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
+        tooltip=([alt.Tooltip("panel:N", title="panel")] if faceted else []) + tooltip,
+    ).add_params(pick).properties(width=width, height=height)
+    description = title or f"{y_title} against {x_title}"
+    if not faceted:
+        return chart.properties(title=title or "", description=description)
+    return chart.facet(
+        column=alt.Column("panel:N", title=None, sort=list(panels), header=alt.Header(labelFontSize=13)),
+        title=title or "", description=description,
+    ).resolve_scale(y="independent")
+
+
+def per_layer_chart(
+    series: Mapping[str, Any],
+    *,
+    y_title: str,
+    x_title: str = "layer (1 = bottom)",
+    series_title: str = "variant",
+    first_layer: int = 1,
+    title: str | None = None,
+    log_y: bool = False,
+    width: int = 260,
+    height: int = 220,
+) -> Any:
+    """One line per variant of a per-layer measurement (gradient norm, surviving signal, ...).
+
+    Args:
+        series: name -> values, one value per layer, bottom layer first; all the same length. For
+            side-by-side panels (e.g. encoder and decoder) pass panel title -> (name -> values); the
+            panels share the legend and have their own y scales.
+        y_title, x_title, series_title, title: labels.
+        first_layer: the layer number of the first value (``0`` when it is the stack's input).
+        log_y: logarithmic y axis.
+        width, height: size of one panel in pixels.
+
+    Returns:
+        An ``alt.Chart`` (``alt.FacetChart`` for panels): hover a point for its value; click a legend
+        entry to highlight that variant.
+    """
+    panels = series if series and all(isinstance(v, Mapping) for v in series.values()) else {"": series}
+    lengths = {len(_as_array(v).ravel()) for panel in panels.values() for v in panel.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"every variant needs one value per layer; got lengths {sorted(lengths)}")
+    layers = np.arange(first_layer, first_layer + (lengths.pop() if lengths else 0))
+    return _lines(panels, layers, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
+                  log_y=log_y, points=True, width=width, height=height)
+
+
+def loss_curves_chart(
+    curves: Mapping[str, Any],
+    *,
+    steps: Any = None,
+    y_title: str = "training loss",
+    x_title: str = "step",
+    series_title: str = "run",
+    title: str | None = None,
+    log_y: bool = False,
+    width: int = 480,
+    height: int = 260,
+) -> Any:
+    """Training curves, one line per run, with a clickable legend.
+
+    Args:
+        curves: run name -> values (one per logged step).
+        steps: the step of each value (default 1, 2, ...).
+        y_title, x_title, series_title, title: labels.
+        log_y: logarithmic y axis.
+
+    Returns:
+        An ``alt.Chart``.
+    """
+    return _lines({"": curves}, steps, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
+                  log_y=log_y, points=False, width=width, height=height)
+
+
+def value_histograms(
+    samples: Mapping[str, Any],
+    *,
+    bins: int = 60,
+    x_title: str = "value",
+    title: str | None = None,
+    ax: Any = None,
+) -> Any:
+    """Overlaid histograms (as densities) of several sets of numbers, e.g. embedding coordinates.
+
+    The legend gives each set's standard deviation, so the figure can be read without hovering.
+
+    Returns:
+        The matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.6, 3.2))
+    arrays = {name: _as_array(values).ravel() for name, values in samples.items()}
+    low = min(a.min() for a in arrays.values())
+    high = max(a.max() for a in arrays.values())
+    edges = np.linspace(low, high, bins + 1)
+    for name, a in arrays.items():
+        ax.hist(a, bins=edges, density=True, histtype="step", linewidth=1.8, label=f"{name} (std {a.std():.3g})")
+    ax.set_xlabel(x_title)
+    ax.set_ylabel("density")
+    if title:
+        ax.set_title(title)
+    # Outside the axes, so that it never hides a distribution.
+    ax.legend(frameon=False, fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return ax
+
+
+def position_change_bars(
+    changes: Mapping[str, Any],
+    *,
+    labels: Sequence[str] | None = None,
+    y_title: str = "change in output (max |difference|)",
+    x_title: str = "position",
+    title: str | None = None,
+    ax: Any = None,
+) -> Any:
+    """Grouped bars: how much each position's output changed, one group of bars per module.
+
+    Args:
+        changes: module name -> ``(L,)`` change per position.
+        labels: tick label per position (e.g. the tokens); default ``0 .. L-1``.
+
+    Returns:
+        The matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+
+    arrays = {name: _as_array(v).ravel() for name, v in changes.items()}
+    lengths = {len(a) for a in arrays.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"every series needs one value per position; got lengths {sorted(lengths)}")
+    (length,) = lengths
+    labels = [str(i) for i in range(length)] if labels is None else list(labels)
+    if len(labels) != length:
+        raise ValueError(f"{len(labels)} labels for {length} positions")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 2.8))
+    width = 0.8 / len(arrays)
+    x = np.arange(length)
+    for k, (name, a) in enumerate(arrays.items()):
+        ax.bar(x + (k - (len(arrays) - 1) / 2) * width, a, width=width, label=name)
+    ax.set_xticks(x, labels)
+    ax.set_xlabel(x_title)
+    ax.set_ylabel(y_title)
+    if title:
+        ax.set_title(title)
+    ax.legend(frameon=False, fontsize=9)
+    return ax
+
+
 
 # --- 4. Training figures (chapter 5) -------------------------------------------------------------
 
