@@ -13,7 +13,7 @@ import torch
 
 from transformer_lib import train
 from transformer_lib.data import MULTI30K_ENV, MULTI30K_SHA256, Vocab, prepare_multi30k
-from transformer_lib.training import load_checkpoint
+from transformer_lib.training import Trainer, load_checkpoint
 
 FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"
 FIXTURE_SHA256 = {line.split()[1]: line.split()[0] for line in (FIXTURE / "SHA256SUMS").read_text().splitlines()}
@@ -51,15 +51,30 @@ def test_cli_trains_reverse_to_100_percent_on_held_out_sequences(tmp_path: Path)
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_resumes_where_it_stopped(tmp_path: Path) -> None:
-    common = [*SMALL_REVERSE, "--log-every", "1", "--eval-every", "5", "--target-exact-match", "0"]
-    whole = train.main([*common, "--out", str(tmp_path / "whole"), "--max-steps", "12"])
-    train.main([*common, "--out", str(tmp_path / "parts"), "--max-steps", "7"])
-    resumed = train.main([*common, "--out", str(tmp_path / "parts"), "--max-steps", "12"])
-    assert resumed["resumed_from_step"] == 7 and resumed["steps"] == 12
+class PowerCut(Exception):
+    """A crash in the middle of training."""
+
+
+def test_cli_resumes_after_a_crash_where_it_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    common = [*SMALL_REVERSE, "--log-every", "1", "--eval-every", "5", "--target-exact-match", "0", "--max-steps", "12"]
+    whole = train.main([*common, "--out", str(tmp_path / "whole")])
+
+    real_step = Trainer.train_step
+
+    def crash_at_step_8(self: Trainer, batch):
+        if self.step == 7:
+            raise PowerCut("the machine went down")
+        return real_step(self, batch)
+
+    monkeypatch.setattr(Trainer, "train_step", crash_at_step_8)
+    with pytest.raises(PowerCut):
+        train.main([*common, "--out", str(tmp_path / "parts")])
+    monkeypatch.undo()
+    resumed = train.main([*common, "--out", str(tmp_path / "parts")])  # the same command again
+    assert resumed["resumed_from_step"] == 5 and resumed["steps"] == 12  # from the checkpoint at step 5
     assert [r["loss"] for r in resumed["history"]["train"]] == [r["loss"] for r in whole["history"]["train"]]
     assert resumed["final"] == whole["final"]
-    again = train.main([*common, "--out", str(tmp_path / "parts"), "--max-steps", "12"])  # nothing left to do
+    again = train.main([*common, "--out", str(tmp_path / "parts")])  # finished: nothing left to do
     assert again["steps"] == 12 and again["history"] == resumed["history"]
     restarted = train.main([*common, "--out", str(tmp_path / "parts"), "--max-steps", "3", "--restart"])
     assert restarted["resumed_from_step"] is None and restarted["steps"] == 3

@@ -229,7 +229,7 @@ def _trainer(tmp_path: Path, max_steps: int, model_seed: int = 0, **config) -> T
 
 
 @pytest.mark.parametrize("stop_at", [5, 7, 10])  # mid-epoch, mid-epoch after an evaluation, end of epoch 2
-def test_resuming_gives_the_same_losses_as_an_uninterrupted_run(tmp_path: Path, stop_at: int) -> None:
+def test_stopping_and_resuming_gives_the_same_losses_as_an_uninterrupted_run(tmp_path: Path, stop_at: int) -> None:
     torch.manual_seed(123)
     uninterrupted = _trainer(tmp_path / "a", max_steps=13)
     uninterrupted.fit()
@@ -248,6 +248,45 @@ def test_resuming_gives_the_same_losses_as_an_uninterrupted_run(tmp_path: Path, 
     assert [r["loss"] for r in resumed.history["val"]] == [r["loss"] for r in uninterrupted.history["val"]]
     for name, value in uninterrupted.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[name], value), name
+
+
+class PowerCut(Exception):
+    """A crash in the middle of training."""
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "noam"])
+def test_resuming_after_a_crash_gives_the_same_losses(tmp_path: Path, schedule: str) -> None:
+    settings = dict(max_steps=13, schedule=schedule, checkpoint_every=4)
+    torch.manual_seed(123)
+    uninterrupted = _trainer(tmp_path / "a", **settings)
+    uninterrupted.fit()
+
+    torch.manual_seed(123)
+    crashing = _trainer(tmp_path / "b", **settings)
+
+    def power_cut(record: dict) -> None:
+        if record["step"] == 10:
+            raise PowerCut
+
+    crashing.on_log = power_cut
+    with pytest.raises(PowerCut):
+        crashing.fit()
+    resumed = _trainer(tmp_path / "b", model_seed=1, **settings)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "b" / "checkpoint.pt"))
+    assert resumed.step == 8  # the last checkpoint before the crash
+    resumed.fit()
+    assert [r["loss"] for r in resumed.history["train"]] == [r["loss"] for r in uninterrupted.history["train"]]
+    assert [r["lr"] for r in resumed.history["train"]] == [r["lr"] for r in uninterrupted.history["train"]]
+
+
+def test_resuming_with_more_steps_stretches_the_cosine_schedule(tmp_path: Path) -> None:
+    short = _trainer(tmp_path, max_steps=6, schedule="cosine")
+    short.fit()
+    longer = _trainer(tmp_path, max_steps=20, schedule="cosine")
+    longer.load_state_dict(load_checkpoint(tmp_path / "checkpoint.pt"))
+    assert longer.optimizer.param_groups[0]["lr"] == pytest.approx(warmup_cosine_rate(7, 3e-3, 4, 20))
+    longer.fit()
+    assert [r["lr"] for r in longer.history["train"][6:]] == pytest.approx([warmup_cosine_rate(s, 3e-3, 4, 20) for s in range(7, 21)])
 
 
 def test_training_stops_at_the_target_exact_match_or_max_steps(tmp_path: Path) -> None:

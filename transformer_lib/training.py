@@ -602,7 +602,8 @@ class Trainer:
                         config.checkpoint_every is None and config.eval_every is not None and self.step % config.eval_every == 0
                     ):
                         self.save()
-                    if self._should_stop():
+                    # At an epoch's last batch, fall through to the epoch's end (validation, checkpoint).
+                    if self._should_stop() and self.batch_in_epoch < self.steps_per_epoch:
                         break
                 else:  # the epoch ran to its end
                     self.epoch += 1
@@ -682,7 +683,13 @@ class Trainer:
         """Restore a state from :meth:`state_dict` or a checkpoint, to continue training exactly."""
         self.model.load_state_dict(state["model_state"])
         self.optimizer.load_state_dict(state["optimizer_state"])
-        self.scheduler.load_state_dict(state["scheduler_state"])
+        # The schedule's position comes from the checkpoint, its settings from this trainer's
+        # config: resuming with the same settings continues exactly, and a run given more steps
+        # stretches its (cosine) schedule to the new end instead of idling at its old final rate.
+        scheduler_state = {**state["scheduler_state"], "lr_lambdas": [None] * len(self.scheduler.lr_lambdas)}
+        self.scheduler.load_state_dict(scheduler_state)
+        for group, rule, base_lr in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, self.scheduler.base_lrs):
+            group["lr"] = base_lr * rule(self.scheduler.last_epoch)
         self.step, self.epoch, self.batch_in_epoch = int(state["step"]), int(state["epoch"]), int(state["batch_in_epoch"])
         self.elapsed_s = float(state.get("elapsed_s", 0.0))
         self.history = {"train": [dict(r) for r in state["metrics"]["train"]], "val": [dict(r) for r in state["metrics"]["val"]]}
