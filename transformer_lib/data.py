@@ -287,12 +287,12 @@ def _download(url: str, destination: Path, timeout: float = 60.0) -> None:
         raise
 
 
-def _missing_data_message(folder: Path, missing: Sequence[str], reason: str) -> str:
+def _missing_data_message(folder: Path, missing: Sequence[str], reason: str, cache: Path) -> str:
     return (
         f"Multi30k files {list(missing)} are missing from {folder} ({reason}). Put the six files "
         f"{sorted(MULTI30K_SHA256)} from {MULTI30K_URL} into a folder and point the environment variable "
-        f"{MULTI30K_ENV} at it (or pass root=...), or run once with internet access to download them into "
-        f"{folder}"
+        f"{MULTI30K_ENV} at it (or pass root=...); or, with {MULTI30K_ENV} unset and internet access, "
+        f"they are downloaded into {cache} on first use"
     )
 
 
@@ -327,24 +327,25 @@ def multi30k_dir(
         FileNotFoundError: files are missing and cannot be downloaded; the message says where to put them.
         ChecksumError: a file does not match its checksum (a freshly downloaded bad file is deleted).
     """
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir() / "multi30k"
     if root is not None or os.environ.get(MULTI30K_ENV):
         folder = Path(root if root is not None else os.environ[MULTI30K_ENV]).expanduser()
         source = "given as root" if root is not None else f"from {MULTI30K_ENV}"
         missing = [name for name in checksums if not (folder / name).is_file()]
         if missing:
-            raise FileNotFoundError(_missing_data_message(folder, missing, f"the folder was {source}"))
+            raise FileNotFoundError(_missing_data_message(folder, missing, f"the folder was {source}", cache))
     else:
-        folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir() / "multi30k"
+        folder = cache
         missing = [name for name in checksums if not (folder / name).is_file()]
         if missing and not download:
-            raise FileNotFoundError(_missing_data_message(folder, missing, "download=False"))
+            raise FileNotFoundError(_missing_data_message(folder, missing, "download=False", cache))
         for name in missing:
             url = base_url + name
             try:
                 _download(url, folder / name)
             except (OSError, urllib.error.URLError) as error:
                 raise FileNotFoundError(
-                    _missing_data_message(folder, missing, f"downloading {url} failed: {error}")
+                    _missing_data_message(folder, missing, f"downloading {url} failed: {error}", cache)
                 ) from error
             try:
                 verify_file(folder / name, checksums[name])
@@ -691,6 +692,11 @@ class Batch:
             self.tgt_out.to(device, non_blocking=non_blocking),
             self.n_tokens,
         )
+
+    def pin_memory(self) -> Batch:
+        """Page-locked copies, so ``to("cuda", non_blocking=True)`` can overlap the copy with compute
+        (``DataLoader(pin_memory=True)`` calls this)."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.n_tokens)
 
     def __len__(self) -> int:
         return self.src.size(0)
