@@ -179,7 +179,7 @@ def _batches(n: int, batch_size: int, seed: int = 0) -> tuple[list[Batch], int, 
     if folder and Path(folder, "train.de.gz").is_file():
         from transformer_lib.data import prepare_multi30k
 
-        prepared = prepare_multi30k(folder, splits=("train",), train_size=n * batch_size, seed=seed)
+        prepared = prepare_multi30k(folder, splits=("train",))  # the full vocabularies: 8,014 / 6,191
         loader = make_loader(prepared.splits["train"], batch_size, seed=seed)
         src_v, tgt_v = len(prepared.src_vocab), len(prepared.tgt_vocab)
         batches, source = list(loader)[:n], "Multi30k training batches (bucketed)"
