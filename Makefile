@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 # Two pytest workers on two cores: one BLAS thread each, or they fight over the cores.
 PYTEST_WORKERS ?= 2
 
-.PHONY: book test setup unit notebooks browser clean
+.PHONY: book test site-test setup checks unit notebooks browser clean
 
 setup: $(STAMP)
 
@@ -30,14 +30,35 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
-test: book
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --nbmake tests book
+# Two cores: the site build (it executes every chapter) runs beside the library tests and nbmake
+# (one BLAS thread each); the browser test starts once the site is built. -k: a failure does not
+# stop the other checks, so one run reports everything (and fails if anything failed).
+test: $(STAMP)
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test checks
+
+site-test: book
+	$(MAKE) --no-print-directory browser
+
+# Everything but the browser test: library tests and every notebook (nbmake), in one process.
+checks: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --doctest-modules transformer_lib --nbmake tests book -m "not browser"
 
 unit: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) tests -m "not browser"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --doctest-modules transformer_lib tests -m "not browser"
 
 notebooks: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --nbmake book
+
+# The browser test over the site in _build/html (build it first: `make book`). Screenshots, and a
+# report of what each page showed, go to $(SCREENSHOTS); the summary is printed even on failure.
+# One pytest process: Chromium keeps both cores busy on its own (two workers took twice as long).
+SCREENSHOTS := _build/screenshots
+browser: $(STAMP)
+	@test -x /usr/bin/chromium || command -v chromium >/dev/null || \
+	  echo "!!!!!!!! No Chromium: the browser test will NOT check the website (CI installs it, see .ci/run)"
+	rm -rf $(SCREENSHOTS)
+	status=0; $(BIN)/python -m pytest tests/test_site.py || status=$$?; \
+	  $(BIN)/python tests/test_site.py; exit $$status
 
 clean:
 	rm -rf _build .pytest_cache

@@ -13,8 +13,3 @@ torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
-
-
-@pytest.fixture(autouse=True)
-def _doctest_torch(doctest_namespace: dict) -> None:
-    doctest_namespace["torch"] = torch

@@ -11,7 +11,14 @@ built website needs no CDN and charts stay interactive.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+import json
+import textwrap
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import altair as alt
+    from matplotlib.axes import Axes
 
 # --- 0. Showing library source in a chapter -----------------------------------------------------
 
@@ -27,14 +34,797 @@ def show_source(obj: Any) -> Any:
     module = inspect.getmodule(obj)
     if module is None or not module.__name__.startswith("transformer_lib"):
         raise ValueError(f"show_source is for transformer_lib code, got {obj!r}")
-    return Code(inspect.getsource(obj), language="python")
+    return Code(textwrap.dedent(inspect.getsource(obj)), language="python")
 
 
 # --- 1. Displaying charts (offline-capable renderer) -------------------------------------------
+#
+# altair's own HTML output loads vega, vega-lite and vega-embed from a CDN, so a chart would need
+# the internet and the website could not work offline. Importing this module registers and enables
+# the renderer below instead. Each chart's output carries:
+#   - ``text/html``: the chart as a static SVG image (what a reader sees where JavaScript does not run:
+#     GitHub's notebook preview, a page with JavaScript off) and a small script that replaces it with
+#     the interactive chart (tooltips, selections, dropdowns). The script uses ``window.vegaEmbed``
+#     when the page has it (the website serves vega-embed itself, see ``_ext/book_site.py``) and
+#     otherwise loads it from the CDN as altair does (Jupyter, Colab, VS Code).
+#   - the Vega-Lite JSON under the Vega-Lite mimetype, for front ends that draw that natively.
+# The interactive chart follows the website's light/dark switch (and JupyterLab's dark theme).
+
+import json  # noqa: E402  (section-local imports keep this section self-contained)
+import re  # noqa: E402
+import uuid  # noqa: E402
+from base64 import b64encode  # noqa: E402
+from html import escape  # noqa: E402
+
+import altair as alt  # noqa: E402
+from altair.utils.mimebundle import spec_to_mimebundle  # noqa: E402
+
+CHART_RENDERER = "tested_transformer"
+"""Name of the altair renderer this module registers and enables on import."""
+
+CHART_CLASS = "tt-altair"
+"""CSS class of every chart's outer ``<div>`` (the website's build and browser test look for it)."""
+
+# The Jupyter convention (JupyterLab's renderer, nbformat's rule that a JSON output's mimetype ends
+# in "+json"). altair 6's own mimetype renderer says "application/vnd.vegalite.v6.json", which
+# nbformat rejects as a notebook output.
+_VEGALITE_MIMETYPE = f"application/vnd.vegalite.v{alt.VEGALITE_VERSION.split('.')[0]}+json"
+_CDN = {
+    "vega": f"https://cdn.jsdelivr.net/npm/vega@{alt.VEGA_VERSION}?noext",
+    "vegaLite": f"https://cdn.jsdelivr.net/npm/vega-lite@{alt.VEGALITE_VERSION}?noext",
+    "vegaEmbed": f"https://cdn.jsdelivr.net/npm/vega-embed@{alt.VEGAEMBED_VERSION}?noext",
+}
+
+# Placeholders: __ID__, __SPEC__, __OPTIONS__, __CDN__ (JSON, made safe to sit inside <script>).
+_EMBED_SCRIPT = """\
+(function (id, spec, embedOptions, cdn) {
+  "use strict";
+  var box = document.getElementById(id);
+  if (!box) return;
+  // Readable on a dark page: light text and guides, no white card. Marks keep their colours.
+  var DARK = {
+    background: "transparent",
+    title: {color: "#e8eaed", subtitleColor: "#c4c8cd"},
+    style: {"guide-label": {fill: "#d5d9de"}, "guide-title": {fill: "#e8eaed"}},
+    axis: {domainColor: "#9aa0a6", tickColor: "#9aa0a6", gridColor: "#3c4043"},
+    header: {labelColor: "#d5d9de", titleColor: "#e8eaed"},
+    text: {color: "#e8eaed"},
+    view: {stroke: "#5f6368"}
+  };
+  function isDark() {
+    var theme = document.documentElement.getAttribute("data-theme");  // the book's website
+    if (theme === "auto") return !!window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+    if (theme) return theme === "dark";
+    return !!document.body && document.body.getAttribute("data-jp-theme-light") === "false";  // JupyterLab
+  }
+  var live = null, view = null, shown = null;
+  function draw() {
+    var dark = isDark();
+    if (dark === shown) return null;
+    var opts = Object.assign(
+      {renderer: "svg", actions: {export: true, source: false, compiled: false, editor: false}},
+      embedOptions,
+      dark ? {config: DARK, tooltip: {theme: "dark"}} : {}
+    );
+    if (!live) {
+      live = document.createElement("div");
+      live.className = "tt-altair-live";
+      box.appendChild(live);
+    }
+    if (view) view.finalize();
+    return window.vegaEmbed(live, spec, opts).then(function (result) {
+      view = result.view;
+      shown = dark;
+      box.ttView = view;  // for tests and the curious: the live Vega view
+      var still = box.querySelector(".tt-altair-static");
+      if (still) still.remove();
+      box.setAttribute("data-tt-status", "rendered");
+      box.setAttribute("data-tt-theme", dark ? "dark" : "light");
+    });
+  }
+  function fail(err) {
+    box.setAttribute("data-tt-status", "error");  // the static image stays
+    console.error("transformer_lib.viz: chart " + id + " could not be drawn:", err);
+  }
+  function start() {
+    var queue = Promise.resolve().then(draw).catch(fail);
+    if (window.MutationObserver) {
+      new MutationObserver(function () { queue = queue.then(draw).catch(fail); })
+        .observe(document.documentElement, {attributes: true, attributeFilter: ["data-theme"]});
+    }
+  }
+  function loadScript(src) {
+    return new Promise(function (resolve, reject) {
+      var s = document.createElement("script");
+      s.src = src;
+      s.onload = resolve;
+      s.onerror = function () { reject(new Error("could not load " + src)); };
+      document.head.appendChild(s);
+    });
+  }
+  function loadFromCdn() {
+    if (typeof window.define === "function" && window.define.amd) {  // classic Notebook: RequireJS
+      window.requirejs.config({paths: {"vega": cdn.vega, "vega-lite": cdn.vegaLite, "vega-embed": cdn.vegaEmbed}});
+      return new Promise(function (resolve, reject) {
+        window.require(["vega-embed"], function (vegaEmbed) { window.vegaEmbed = vegaEmbed; resolve(); }, reject);
+      });
+    }
+    window.ttVegaLoading = window.ttVegaLoading || loadScript(cdn.vega)
+      .then(function () { return loadScript(cdn.vegaLite); })
+      .then(function () { return loadScript(cdn.vegaEmbed); });
+    return window.ttVegaLoading;
+  }
+  function begin() {
+    if (typeof window.vegaEmbed === "function") start();
+    else loadFromCdn().then(start, fail);
+  }
+  // On the website vega-embed comes in a deferred script: it is defined once the page is parsed.
+  if (typeof window.vegaEmbed !== "function" && document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", begin);
+  } else {
+    begin();
+  }
+})(__ID__, __SPEC__, __OPTIONS__, __CDN__);
+"""
+
+
+def _script_json(value: Any) -> str:
+    """JSON that can sit inside a ``<script>`` element (no ``</script>`` or ``<!--`` in strings)."""
+    text = json.dumps(value, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _chart_label(spec: dict) -> str:
+    """A text alternative for the chart: its description, else its title."""
+    if spec.get("description"):
+        return str(spec["description"])
+    title = spec.get("title")
+    if isinstance(title, dict):
+        title = title.get("text")
+    if isinstance(title, list):
+        title = " ".join(map(str, title))
+    return f"Chart: {title}" if title else "Chart"
+
+
+def chart_mimebundle(spec: dict, **metadata: Any) -> dict[str, Any]:
+    """The altair renderer enabled on import: an offline-capable, interactive chart with a static SVG.
+
+    Args:
+        spec: the Vega-Lite specification altair passes to a renderer.
+        **metadata: renderer options; ``embed_options`` (a dict) is passed to vega-embed, as with
+            altair's own renderers (``alt.renderers.enable(CHART_RENDERER, embed_options={...})``).
+
+    Returns:
+        A Jupyter mimebundle with ``text/html`` (static SVG plus the script that makes it interactive),
+        the Vega-Lite JSON, and ``text/plain``.
+    """
+    # Random, not counted: after a kernel restart a counter would repeat ids still on the page.
+    chart_id = f"{CHART_CLASS}-{uuid.uuid4().hex[:16]}"
+    svg = spec_to_mimebundle(
+        spec,
+        format="svg",
+        mode="vega-lite",
+        vega_version=alt.VEGA_VERSION,
+        vegaembed_version=alt.VEGAEMBED_VERSION,
+        vegalite_version=alt.VEGALITE_VERSION,
+    )["image/svg+xml"]
+    label = _chart_label(spec)
+    values = {"ID": chart_id, "SPEC": spec, "OPTIONS": metadata.get("embed_options") or {}, "CDN": _CDN}
+    # One pass, so a placeholder-like string inside the spec is never replaced in turn.
+    script = re.sub(r"__(ID|SPEC|OPTIONS|CDN)__", lambda m: _script_json(values[m.group(1)]), _EMBED_SCRIPT)
+    image = b64encode(svg.encode("utf-8")).decode("ascii")
+    html = (
+        f'<div class="{CHART_CLASS}" id="{chart_id}" data-tt-status="static">'
+        f'<img class="tt-altair-static" alt="{escape(label)}" src="data:image/svg+xml;base64,{image}">'
+        f"</div>\n<script>\n{script}</script>\n"
+    )
+    return {"text/html": html, _VEGALITE_MIMETYPE: spec, "text/plain": f"<{label} (altair)>"}
+
+
+alt.renderers.register(CHART_RENDERER, chart_mimebundle)
+alt.renderers.enable(CHART_RENDERER)
+
 
 # --- 2. Attention and mask figures (chapters 1, 2, 6) -------------------------------------------
 
+
+def _to_numpy(x: Any) -> Any:
+    """A tensor (any device, with or without grad) or array-like as a NumPy array."""
+    import numpy as np
+
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        x = (x.float() if x.is_floating_point() else x).numpy()  # NumPy has no bfloat16
+    return np.asarray(x)
+
+
+def _check_labels(tokens: Sequence[str], size: int, what: str) -> list[str]:
+    tokens = [str(token) for token in tokens]
+    if len(tokens) != size:
+        raise ValueError(f"got {len(tokens)} {what} tokens for {size} {what} positions; they must match")
+    return tokens
+
+
+def _token_axis(tokens: list[str], title: str, **kwargs: Any) -> Any:
+    """An axis over positions 0, 1, ... that shows the token at each position.
+
+    Positions, not tokens, are the field: a sentence may hold the same word twice ("the"), and a
+    nominal token field would merge their rows.
+    """
+    import altair as alt
+
+    return alt.Axis(title=title, labelExpr=f"{json.dumps(tokens)}[datum.value]", **kwargs)
+
+
+def attention_heatmap(
+    weights: Any,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    *,
+    layer_names: Sequence[str] | None = None,
+    head_names: Sequence[str] | None = None,
+    title: str | None = None,
+    cell_size: int = 30,
+    vmax: float | None = None,
+) -> alt.Chart:
+    """An interactive heatmap of attention weights: queries on rows, keys on columns.
+
+    Hovering a cell shows the query token, the key token and the weight. With several heads a radio
+    button picks the head; with several layers a dropdown picks the layer. The colour scale is the
+    same for every layer and head (``0`` to ``vmax``), so their cells can be compared.
+
+    Args:
+        weights: attention weights of *one* sequence (pick the batch element first), as a tensor or
+            array of shape ``(T, L)``, ``(H, T, L)`` or ``(N, H, T, L)`` for ``N`` layers, or a list
+            of ``N`` ``(H, T, L)`` tensors (e.g. ``[w[0] for w in maps.decoder_cross]``).
+        query_tokens: ``T`` labels for the rows (self-attention: the sequence; cross-attention: the
+            target).
+        key_tokens: ``L`` labels for the columns (cross-attention: the source).
+        layer_names: ``N`` names for the layer menu (default ``"layer 0"``, ...).
+        head_names: ``H`` names for the head buttons (default ``"head 0"``, ...).
+        title: chart title.
+        cell_size: pixels per cell.
+        vmax: top of the colour scale (default: the largest weight).
+
+    Returns:
+        An ``alt.Chart`` whose data holds one record per layer and head (``layer``, ``head``, and
+        ``weights``, the ``(T, L)`` grid as nested lists); its transforms keep the selected layer
+        and head (parameters ``layer`` and ``head``, present when there is a choice) and expand
+        the grid into cells with fields ``query_pos``, ``key_pos``, ``query``, ``key``, ``weight``.
+    """
+    import altair as alt
+    import numpy as np
+
+    if isinstance(weights, (list, tuple)):
+        weights = np.stack([_to_numpy(w) for w in weights])
+    w = _to_numpy(weights).astype(np.float64)
+    if w.ndim not in (2, 3, 4):
+        raise ValueError(
+            f"weights must have shape (T, L), (H, T, L) or (layers, H, T, L) for one sequence, got {w.shape}; "
+            "select the batch element first (weights[0])"
+        )
+    w = w.reshape((1,) * (4 - w.ndim) + w.shape)  # (N, H, T, L)
+    n_layers, n_heads, n_queries, n_keys = w.shape
+    query_tokens = _check_labels(query_tokens, n_queries, "query")
+    key_tokens = _check_labels(key_tokens, n_keys, "key")
+    layer_names = [f"layer {i}" for i in range(n_layers)] if layer_names is None else list(layer_names)
+    head_names = [f"head {i}" for i in range(n_heads)] if head_names is None else list(head_names)
+    if len(layer_names) != n_layers or len(head_names) != n_heads:
+        raise ValueError(
+            f"got {len(layer_names)} layer names and {len(head_names)} head names for weights with "
+            f"{n_layers} layers and {n_heads} heads"
+        )
+
+    # One record per (layer, head) holding its (T, L) weights; the chart's transforms pick the
+    # selected layer and head first and only then expand that one grid into cells. This keeps the
+    # embedded data small (altair refuses more than 5,000 rows by default, and a trained model's
+    # maps across 6 layers and 8 heads easily have 40,000 cells).
+    records = [
+        {
+            "layer": layer_names[layer],
+            "head": head_names[head],
+            "weights": np.round(w[layer, head], 6).tolist(),  # (T, L)
+            "query_pos": list(range(n_queries)),
+        }
+        for layer in range(n_layers)
+        for head in range(n_heads)
+    ]
+    top = float(w.max()) if vmax is None else float(vmax)
+    # Key labels stay horizontal while they fit in a column (about 7 pixels a character).
+    key_angle = 0 if max(len(t) for t in key_tokens) * 7 <= cell_size else -90
+    chart = alt.Chart(alt.Data(values=records))
+    if n_layers > 1:
+        layer_param = alt.param(
+            name="layer", value=layer_names[0], bind=alt.binding_select(options=layer_names, name="layer ")
+        )
+        chart = chart.add_params(layer_param).transform_filter(alt.datum.layer == layer_param)
+    if n_heads > 1:
+        binding = alt.binding_radio if n_heads <= 8 else alt.binding_select
+        head_param = alt.param(name="head", value=head_names[0], bind=binding(options=head_names, name="head "))
+        chart = chart.add_params(head_param).transform_filter(alt.datum.head == head_param)
+    chart = (
+        chart.transform_flatten(["weights", "query_pos"], as_=["row", "query_pos"])  # one datum per query
+        .transform_calculate(key_pos=f"sequence(0, {n_keys})")
+        .transform_flatten(["row", "key_pos"], as_=["weight", "key_pos"])  # one datum per cell
+        .transform_calculate(
+            query=f"{json.dumps(query_tokens)}[datum.query_pos]",
+            key=f"{json.dumps(key_tokens)}[datum.key_pos]",
+        )
+        .mark_rect(stroke="white", strokeWidth=0.5)
+        .encode(
+            x=alt.X("key_pos:O", axis=_token_axis(key_tokens, "key", orient="top", labelAngle=key_angle)),
+            y=alt.Y("query_pos:O", axis=_token_axis(query_tokens, "query", labelAngle=0)),
+            color=alt.Color(
+                "weight:Q",
+                scale=alt.Scale(scheme="blues", domain=[0.0, top if top > 0 else 1.0]),
+                legend=alt.Legend(title="weight"),
+            ),
+            tooltip=[
+                alt.Tooltip("query:N", title="query"),
+                alt.Tooltip("key:N", title="key"),
+                alt.Tooltip("weight:Q", title="weight", format=".3f"),
+                alt.Tooltip("query_pos:O", title="query position"),
+                alt.Tooltip("key_pos:O", title="key position"),
+            ],
+        )
+        .properties(width=cell_size * n_keys, height=cell_size * n_queries)
+    )
+    if title is not None:
+        chart = chart.properties(title=title)
+    return chart
+
+
+def mask_heatmap(
+    mask: Any,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    """Draw a boolean mask (``True`` = may attend) as a grid: queries on rows, keys on columns.
+
+    The mask is *broadcast* to ``(T, L)`` first, which is the point of the picture: a padding mask
+    ``(1, 1, 1, L)`` becomes the same row repeated for every query, a causal mask ``(1, 1, T, T)``
+    the same lower triangle for every sentence. Leading dimensions must be 1 (select the batch
+    element first). Filled cells may be attended to; empty cells are blocked.
+
+    Returns:
+        The matplotlib ``Axes`` (a new figure's when ``ax`` is ``None``).
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    m = _to_numpy(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"mask must be boolean (True = may attend), got dtype {m.dtype}")
+    n_queries, n_keys = len(query_tokens), len(key_tokens)
+    if m.ndim < 2 or any(size != 1 for size in m.shape[:-2]):
+        raise ValueError(f"mask of shape {m.shape}: leading dimensions must be 1 (select one sequence first)")
+    try:
+        grid = np.broadcast_to(m.reshape(m.shape[-2:]), (n_queries, n_keys))
+    except ValueError as error:
+        raise ValueError(
+            f"mask of shape {m.shape} does not broadcast to ({n_queries} queries, {n_keys} keys)"
+        ) from error
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.45 * n_keys + 1.5, 0.45 * n_queries + 1.2))
+    ax.imshow(grid, cmap=plt.matplotlib.colors.ListedColormap(["#f4f4f4", "#2b6cb0"]), vmin=0, vmax=1)
+    ax.set_xticks(range(n_keys), [str(t) for t in key_tokens], rotation=90)
+    ax.set_yticks(range(n_queries), [str(t) for t in query_tokens])
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.set_xticks(np.arange(-0.5, n_keys), minor=True)
+    ax.set_yticks(np.arange(-0.5, n_queries), minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.5)
+    ax.tick_params(which="minor", length=0)
+    if title is not None:
+        ax.set_title(title, fontsize="medium", pad=6, y=-0.02 - 0.5 / max(n_queries, 1), va="top")
+    return ax
+
+
+# Boxes of the architecture diagram: (column, row, label, component). Column 0 is the encoder,
+# column 1 the decoder; rows go upwards.
+_ARCHITECTURE = [
+    (0, 0, "token embedding", "embeddings"),
+    (0, 1, "+ positional encoding", "embeddings"),
+    (0, 2.5, "multi-head self-attention", "attention"),
+    (0, 3.5, "add & norm", "blocks"),
+    (0, 4.5, "feed-forward", "blocks"),
+    (0, 5.5, "add & norm", "blocks"),
+    (1, 0, "token embedding", "embeddings"),
+    (1, 1, "+ positional encoding", "embeddings"),
+    (1, 2.5, "masked multi-head attention", "attention"),
+    (1, 3.5, "add & norm", "blocks"),
+    (1, 4.5, "multi-head cross-attention", "attention"),
+    (1, 5.5, "add & norm", "blocks"),
+    (1, 6.5, "feed-forward", "blocks"),
+    (1, 7.5, "add & norm", "blocks"),
+    (1, 9, "linear to vocabulary size", "blocks"),
+    (1, 10, "softmax: probabilities", "training"),
+]
+# Which masks each attention sees, drawn as tags beside it: (column, row, text).
+_MASK_TAGS = [(0, 2.5, "padding\nmask"), (1, 2.5, "causal & padding mask"), (1, 4.5, "padding mask (source)")]
+ARCHITECTURE_CHAPTERS = {
+    "attention": "1 attention",
+    "masks": "2 masking",
+    "embeddings": "3 embeddings",
+    "blocks": "4 blocks",
+    "training": "5 training",
+    "decoding": "6 decoding",
+}
+
+
+def architecture_diagram(highlight: Sequence[str] = (), ax: Axes | None = None) -> Axes:
+    """The encoder-decoder Transformer (Vaswani et al. 2017, figure 1) with chosen parts highlighted.
+
+    Each chapter opens with this picture, highlighting what it builds. Every box is tagged with
+    the chapter that builds it.
+
+    Args:
+        highlight: any of ``"attention"``, ``"masks"``, ``"embeddings"``, ``"blocks"``,
+            ``"training"``, ``"decoding"`` (the keys of ``ARCHITECTURE_CHAPTERS``).
+        ax: where to draw (default: a new figure).
+
+    Returns:
+        The matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    unknown = set(highlight) - set(ARCHITECTURE_CHAPTERS)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}; choose from {sorted(ARCHITECTURE_CHAPTERS)}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9.0, 6.6))
+    on, off, edge, faint, ink = "#f6ad55", "#edf2f7", "#2d3748", "#a0aec0", "#1a202c"
+    width, height, centre = 4.6, 0.62, {0: 2.6, 1: 8.8}
+    chapter_of = {part: label.split()[0] for part, label in ARCHITECTURE_CHAPTERS.items()}
+
+    def style(lit: bool) -> dict[str, Any]:
+        return dict(facecolor=on if lit else off, edgecolor=edge if lit else faint, linewidth=1.4 if lit else 0.8)
+
+    def line(points: list[tuple[float, float]], head: bool = True) -> None:
+        xs, ys = zip(*points)
+        ax.plot(xs[:-1] + (xs[-1],), ys, color="#4a5568", lw=0.9, solid_capstyle="round")
+        if head:
+            ax.annotate("", xy=points[-1], xytext=points[-2], arrowprops=dict(arrowstyle="->", color="#4a5568", lw=0.9))
+
+    # the stacked layers, drawn first so that boxes sit on top
+    for column, (bottom, top, name) in {0: (1.9, 6.4, "encoder layer × N"), 1: (1.9, 8.4, "decoder layer × N")}.items():
+        ax.add_patch(
+            FancyBboxPatch(
+                (centre[column] - width / 2 - 0.3, bottom), width + 0.6, top - bottom,
+                boxstyle="round,pad=0.02,rounding_size=0.2", facecolor="none", edgecolor=faint, linestyle="--",
+            )
+        )
+        ax.text(centre[column] - width / 2 - 0.2, top - 0.08, name, ha="left", va="top", fontsize=7.5, color="#4a5568")
+    rows: dict[int, list[float]] = {0: [], 1: []}
+    for column, row, text, part in _ARCHITECTURE:
+        x = centre[column]
+        ax.add_patch(
+            FancyBboxPatch((x - width / 2, row - height / 2), width, height,
+                           boxstyle="round,pad=0.02,rounding_size=0.12", **style(part in highlight))
+        )
+        ax.text(x - 0.3, row, text, ha="center", va="center", fontsize=8.2, color=ink)
+        ax.text(x + width / 2 - 0.1, row, f"ch. {chapter_of[part]}", ha="right", va="center", fontsize=6.5, color="#4a5568")
+        rows[column].append(row)
+    for column, ys in rows.items():
+        for y0, y1 in zip(ys, ys[1:]):
+            line([(centre[column], y0 + height / 2 + 0.02), (centre[column], y1 - height / 2 - 0.02)])
+    # inputs, and the encoder's output (memory) into every decoder layer's cross-attention
+    ax.text(centre[0], -0.85, "source tokens", ha="center", va="center", fontsize=8.5)
+    ax.text(centre[1], -0.85, "target tokens (shifted right)", ha="center", va="center", fontsize=8.5)
+    for column in (0, 1):
+        line([(centre[column], -0.65), (centre[column], -height / 2 - 0.02)])
+    cross_x = (centre[0] + width / 2 + 0.3 + centre[1] - width / 2 - 0.3) / 2
+    line([(centre[0], 5.5 + height / 2 + 0.02), (centre[0], 6.9), (cross_x, 6.9), (cross_x, 4.5),
+          (centre[1] - width / 2 - 0.02, 4.5)])
+    ax.text(centre[0] + 0.15, 6.98, "memory (B, S, D)", ha="left", va="bottom", fontsize=7.5, color="#4a5568")
+    lit = "training" in highlight or "decoding" in highlight
+    ax.text(centre[1], 11.1, "training: the loss (ch. 5)  ·  decoding: greedy and beam search (ch. 6)",
+            ha="center", va="center", fontsize=8, color=ink, bbox=dict(boxstyle="round,pad=0.35", **style(lit)))
+    line([(centre[1], 10 + height / 2 + 0.02), (centre[1], 10.8)])
+    # which masks each attention sees
+    for column, row, text in _MASK_TAGS:
+        if column == 0:
+            x, ha = centre[0] - width / 2 - 0.45, "right"
+        else:
+            x, ha = centre[1] + width / 2 + 0.45, "left"
+        ax.text(x, row, f"{text}\n(ch. 2)", ha=ha, va="center", fontsize=7, color=ink,
+                bbox=dict(boxstyle="round,pad=0.3", **style("masks" in highlight)))
+    ax.set_xlim(-1.9, 13.7)
+    ax.set_ylim(-1.2, 11.6)
+    ax.axis("off")
+    return ax
+
+
 # --- 3. Embedding and block figures (chapters 3, 4) ---------------------------------------------
+#
+# Inputs are tensors or arrays (CPU, any float dtype; no gradient needed) plus labels. altair charts
+# carry tooltips and a legend that highlights one series on click; matplotlib functions draw into
+# the ``ax`` given (or a new figure) and return it.
+
+from collections.abc import Mapping, Sequence  # noqa: E402  (section-local imports)
+
+import numpy as np  # noqa: E402
+
+
+def _as_array(values: Any) -> np.ndarray:
+    """A float numpy array from a tensor (detached, on the CPU), an array or nested sequences."""
+    if hasattr(values, "detach"):
+        values = values.detach().float().cpu().numpy()
+    return np.asarray(values, dtype=float)
+
+
+def positional_heatmap(
+    values: Any,
+    *,
+    x_title: str = "dimension i",
+    y_title: str = "position p",
+    value_title: str = "value",
+    title: str | None = None,
+    diverging: bool = True,
+    width: int = 480,
+    height: int | None = None,
+) -> Any:
+    """A matrix as an altair heatmap, row 0 at the top, with the value under the mouse.
+
+    Used for the positional-encoding table (positions on rows, dimensions on columns) and for the
+    similarity of positional encodings (position on rows and columns).
+
+    Args:
+        values: ``(rows, columns)`` array or tensor.
+        x_title, y_title, value_title: axis and colour-legend titles (also used in the tooltip).
+        title: chart title.
+        diverging: a red-blue scale symmetric around 0 (for signed values such as sines); else
+            a sequential scale over the values' range.
+        width, height: size in pixels (``height`` defaults to square cells).
+
+    Returns:
+        An ``alt.Chart``.
+    """
+    import altair as alt
+    import pandas as pd
+
+    matrix = _as_array(values)
+    if matrix.ndim != 2:
+        raise ValueError(f"values must be a 2-D matrix, got shape {matrix.shape}")
+    rows, cols = matrix.shape
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    data = pd.DataFrame({"row": r.ravel(), "col": c.ravel(), "value": matrix.ravel()})
+    limit = float(np.abs(matrix).max()) or 1.0
+    scale = (alt.Scale(scheme="redblue", domain=[-limit, limit], reverse=True) if diverging
+             else alt.Scale(scheme="viridis", zero=False))
+    height = height if height is not None else max(120, round(width * rows / cols))
+    return alt.Chart(data, title=title or "", description=title or f"{y_title} by {x_title}").mark_rect().encode(
+        x=alt.X("col:O", title=x_title, axis=alt.Axis(labelAngle=0, labelOverlap=True)),
+        y=alt.Y("row:O", title=y_title, axis=alt.Axis(labelOverlap=True)),
+        color=alt.Color("value:Q", title=value_title, scale=scale),
+        tooltip=[alt.Tooltip("row:O", title=y_title), alt.Tooltip("col:O", title=x_title),
+                 alt.Tooltip("value:Q", title=value_title, format=".4f")],
+    ).properties(width=width, height=height)
+
+
+def positional_curves(
+    table: Any,
+    dims: Sequence[int],
+    *,
+    title: str | None = None,
+    width: int = 480,
+    height: int = 240,
+) -> Any:
+    """Chosen columns of a positional-encoding table as curves over the positions.
+
+    Each column is labelled with its dimension, whether it is a sine (even) or cosine (odd), and
+    its wavelength :math:`2\\pi \\cdot 10000^{2i/D}` in positions.
+
+    Args:
+        table: ``(positions, D)`` table, e.g. from :func:`transformer_lib.embeddings.sinusoidal_table`.
+        dims: which dimensions (columns) to draw.
+
+    Returns:
+        An ``alt.Chart``: click a legend entry to pick one dimension out; hover for values.
+    """
+    values = _as_array(table)
+    if values.ndim != 2:
+        raise ValueError(f"table must be (positions, D), got shape {values.shape}")
+    n_positions, d_model = values.shape
+    bad = [d for d in dims if not 0 <= d < d_model]
+    if bad:
+        raise ValueError(f"dimensions {bad} are outside the table's 0..{d_model - 1}")
+    series = {}
+    for d in dims:
+        wavelength = 2 * np.pi * 10000 ** ((d - d % 2) / d_model)
+        series[f"dim {d} ({'sin' if d % 2 == 0 else 'cos'}, wavelength {wavelength:,.1f})"] = values[:, d]
+    return _lines({"": series}, np.arange(n_positions), x_title="position p", y_title="PE(p, dim)",
+                  series_title="dimension", title=title, log_y=False, points=False, width=width, height=height)
+
+
+def _lines(
+    panels: Mapping[str, Mapping[str, Any]], x_values: Any, *, x_title: str, y_title: str, series_title: str,
+    title: str | None, log_y: bool, points: bool, width: int, height: int,
+) -> Any:
+    """Line chart(s): ``panels`` maps a panel title ("" for a single chart) to name -> values."""
+    import altair as alt
+    import pandas as pd
+
+    frames, names = [], []
+    for panel, series in panels.items():
+        for name, values in series.items():
+            y = _as_array(values).ravel()
+            x = np.arange(1, len(y) + 1) if x_values is None else _as_array(x_values).ravel()
+            if len(x) != len(y):
+                raise ValueError(f"series {name!r} has {len(y)} values but there are {len(x)} x values")
+            frames.append(pd.DataFrame({"x": x, "y": y, "series": name, "panel": panel}))
+            names += [] if name in names else [name]
+    if not frames:
+        raise ValueError("series is empty: pass at least one name -> values")
+    data = pd.concat(frames, ignore_index=True)
+    pick = alt.selection_point(fields=["series"], bind="legend")
+    tooltip = [alt.Tooltip("series:N", title=series_title), alt.Tooltip("x:Q", title=x_title),
+               alt.Tooltip("y:Q", title=y_title, format=".4g")]
+    faceted = len(panels) > 1
+    chart = alt.Chart(data).mark_line(point=points, strokeWidth=2).encode(
+        x=alt.X("x:Q", title=x_title, axis=alt.Axis(tickMinStep=1) if points else alt.Axis()),
+        y=alt.Y("y:Q", title=y_title, scale=alt.Scale(type="log") if log_y else alt.Scale(zero=False)),
+        color=alt.Color("series:N", title=series_title, sort=names,
+                        # below the plot, so that it never pushes the chart off a narrow page
+                        legend=alt.Legend(orient="bottom", columns=2, labelLimit=320)),
+        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
+        tooltip=([alt.Tooltip("panel:N", title="panel")] if faceted else []) + tooltip,
+    ).add_params(pick).properties(width=width, height=height)
+    description = title or f"{y_title} against {x_title}"
+    if not faceted:
+        return chart.properties(title=title or "", description=description)
+    return chart.facet(
+        column=alt.Column("panel:N", title=None, sort=list(panels), header=alt.Header(labelFontSize=13)),
+        title=title or "", description=description,
+    ).resolve_scale(y="independent")
+
+
+def per_layer_chart(
+    series: Mapping[str, Any],
+    *,
+    y_title: str,
+    x_title: str = "layer (1 = bottom)",
+    series_title: str = "variant",
+    first_layer: int = 1,
+    title: str | None = None,
+    log_y: bool = False,
+    width: int = 260,
+    height: int = 220,
+) -> Any:
+    """One line per variant of a per-layer measurement (gradient norm, surviving signal, ...).
+
+    Args:
+        series: name -> values, one value per layer, bottom layer first; all the same length. For
+            side-by-side panels (e.g. encoder and decoder) pass panel title -> (name -> values); the
+            panels share the legend and have their own y scales.
+        y_title, x_title, series_title, title: labels.
+        first_layer: the layer number of the first value (``0`` when it is the stack's input).
+        log_y: logarithmic y axis.
+        width, height: size of one panel in pixels.
+
+    Returns:
+        An ``alt.Chart`` (``alt.FacetChart`` for panels): hover a point for its value; click a legend
+        entry to highlight that variant.
+    """
+    panels = series if series and all(isinstance(v, Mapping) for v in series.values()) else {"": series}
+    lengths = {len(_as_array(v).ravel()) for panel in panels.values() for v in panel.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"every variant needs one value per layer; got lengths {sorted(lengths)}")
+    layers = np.arange(first_layer, first_layer + (lengths.pop() if lengths else 0))
+    return _lines(panels, layers, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
+                  log_y=log_y, points=True, width=width, height=height)
+
+
+def loss_curves_chart(
+    curves: Mapping[str, Any],
+    *,
+    steps: Any = None,
+    y_title: str = "training loss",
+    x_title: str = "step",
+    series_title: str = "run",
+    title: str | None = None,
+    log_y: bool = False,
+    width: int = 480,
+    height: int = 260,
+) -> Any:
+    """Training curves, one line per run, with a clickable legend.
+
+    Args:
+        curves: run name -> values (one per logged step).
+        steps: the step of each value (default 1, 2, ...).
+        y_title, x_title, series_title, title: labels.
+        log_y: logarithmic y axis.
+
+    Returns:
+        An ``alt.Chart``.
+    """
+    return _lines({"": curves}, steps, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
+                  log_y=log_y, points=False, width=width, height=height)
+
+
+def value_histograms(
+    samples: Mapping[str, Any],
+    *,
+    bins: int = 60,
+    x_title: str = "value",
+    title: str | None = None,
+    ax: Any = None,
+) -> Any:
+    """Overlaid histograms (as densities) of several sets of numbers, e.g. embedding coordinates.
+
+    The legend gives each set's standard deviation, so the figure can be read without hovering.
+
+    Returns:
+        The matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.6, 3.2))
+    arrays = {name: _as_array(values).ravel() for name, values in samples.items()}
+    low = min(a.min() for a in arrays.values())
+    high = max(a.max() for a in arrays.values())
+    edges = np.linspace(low, high, bins + 1)
+    for name, a in arrays.items():
+        ax.hist(a, bins=edges, density=True, histtype="step", linewidth=1.8, label=f"{name} (std {a.std():.3g})")
+    ax.set_xlabel(x_title)
+    ax.set_ylabel("density")
+    if title:
+        ax.set_title(title)
+    # Outside the axes, so that it never hides a distribution.
+    ax.legend(frameon=False, fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return ax
+
+
+def position_change_bars(
+    changes: Mapping[str, Any],
+    *,
+    labels: Sequence[str] | None = None,
+    y_title: str = "change in output (max |difference|)",
+    x_title: str = "position",
+    title: str | None = None,
+    ax: Any = None,
+) -> Any:
+    """Grouped bars: how much each position's output changed, one group of bars per module.
+
+    Args:
+        changes: module name -> ``(L,)`` change per position.
+        labels: tick label per position (e.g. the tokens); default ``0 .. L-1``.
+
+    Returns:
+        The matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+
+    arrays = {name: _as_array(v).ravel() for name, v in changes.items()}
+    lengths = {len(a) for a in arrays.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"every series needs one value per position; got lengths {sorted(lengths)}")
+    (length,) = lengths
+    labels = [str(i) for i in range(length)] if labels is None else list(labels)
+    if len(labels) != length:
+        raise ValueError(f"{len(labels)} labels for {length} positions")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 2.8))
+    width = 0.8 / len(arrays)
+    x = np.arange(length)
+    for k, (name, a) in enumerate(arrays.items()):
+        ax.bar(x + (k - (len(arrays) - 1) / 2) * width, a, width=width, label=name)
+    ax.set_xticks(x, labels)
+    ax.set_xlabel(x_title)
+    ax.set_ylabel(y_title)
+    if title:
+        ax.set_title(title)
+    ax.legend(frameon=False, fontsize=9)
+    return ax
+
+
 
 # --- 4. Training figures (chapter 5) -------------------------------------------------------------
 

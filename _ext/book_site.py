@@ -1,0 +1,143 @@
+"""Sphinx extension for the book's website: chart JavaScript served by the site, labelled set-up cells.
+
+Loaded from ``_config.yml`` (``sphinx.local_extensions``). It does two things (and works around one
+Sphinx bug, see ``_drop_repeated_inline_scripts``):
+
+1. Serves vega-embed (with vega and vega-lite) from the site, so charts need no CDN. The bundle is
+   made at build time by vl-convert (``vl_convert.javascript_bundle``), matched to altair's
+   Vega-Lite version, cached under ``_build/.site_assets``, and added (deferred) to the pages that
+   have a chart, i.e. an output of ``transformer_lib.viz``'s renderer (``<div class="tt-altair">``).
+2. Labels the Colab set-up cell (the code cell that ``%pip install``-s transformer_lib from the
+   repository; every chapter opens with the same one): a note above it says what it is, so readers of
+   the website know why a chapter starts with an install. Chapters need no tag or metadata for this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
+BUNDLE_NAME = "vega-embed.js"
+CHART_MARKER = 'class="tt-altair"'
+SETUP_CLASS = "tt-colab-setup"
+
+
+def _vega_lite_version() -> str:
+    import altair as alt
+
+    return alt.VEGALITE_VERSION
+
+
+def write_vega_bundle(folder: Path) -> Path:
+    """Write vega-embed + vega + vega-lite as one script into ``folder`` (kept while versions match)."""
+    import vl_convert as vlc
+
+    vl_version = _vega_lite_version()
+    header = f"/* vega-embed, vega and vega-lite {vl_version}: vl_convert {vlc.__version__}.javascript_bundle() */\n"
+    bundle = folder / BUNDLE_NAME
+    if bundle.exists():
+        with bundle.open(encoding="utf-8") as f:
+            if f.readline() == header:
+                return bundle
+    folder.mkdir(parents=True, exist_ok=True)
+    major_minor = "_".join(vl_version.split(".")[:2])
+    code = vlc.javascript_bundle(vl_version=f"v{major_minor}")
+    # The bundle is an ES module body (top-level `const`s); wrapped in a function so its names
+    # cannot clash with other scripts'. It exports through window.vegaEmbed/vega/vegaLite.
+    partial = bundle.with_suffix(f".{os.getpid()}.partial")
+    partial.write_text(f"{header}(function () {{\n{code}\n}})();\n", encoding="utf-8")
+    partial.replace(bundle)  # atomic: a reader never sees half a file
+    return bundle
+
+
+def _on_builder_inited(app: Sphinx) -> None:
+    if app.builder.format != "html":
+        return
+    folder = Path(app.outdir).parent / ".site_assets"
+    write_vega_bundle(folder)
+    app.config.html_static_path.append(str(folder))
+
+
+def _drop_repeated_inline_scripts(context: dict) -> None:
+    """Keep one copy of each inline ``<script>``.
+
+    Sphinx 7.4 lists an inline script twice when an extension adds it after the builder started
+    (once as filename ``None``, once as ``""``); sphinx-thebe's ``const THEBE_JS_URL = ...`` then
+    fails in the browser with "Identifier 'THEBE_JS_URL' has already been declared".
+    """
+    seen: set[tuple] = set()
+    unique = []
+    for script in context["script_files"]:
+        if not script.filename:
+            key = (script.priority, tuple(sorted(script.attributes.items())))
+            if key in seen:
+                continue
+            seen.add(key)
+        unique.append(script)
+    context["script_files"][:] = unique
+
+
+def _on_html_page_context(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    _drop_repeated_inline_scripts(context)
+    if doctree is None:
+        return
+    has_chart = any(
+        node.get("format") == "html" and CHART_MARKER in node.astext() for node in doctree.findall(nodes.raw)
+    )
+    if has_chart:
+        # Deferred: runs after parsing, before DOMContentLoaded, which is when the charts draw.
+        app.add_js_file(BUNDLE_NAME, loading_method="defer")
+
+
+def _setup_note() -> nodes.admonition:
+    note = nodes.admonition(classes=["note", "tt-colab-setup-note"])
+    note += nodes.title("", "Set-up cell for Colab")
+    note += nodes.paragraph(
+        "",
+        "",
+        nodes.Text("On Colab, or anywhere "),
+        nodes.literal("", "transformer_lib"),
+        nodes.Text(
+            " is not installed, this cell installs it from the book's repository. "
+            "On this website, and in a clone set up with "
+        ),
+        nodes.literal("", "make setup"),
+        nodes.Text(", the library is already there and the cell does nothing."),
+    )
+    return note
+
+
+def is_setup_cell(cell: nodes.Element) -> bool:
+    """A notebook code cell that installs transformer_lib from the repository (tests/test_book.py
+    checks that every chapter opens with the same one)."""
+    if "cell" not in cell.get("classes", []):
+        return False
+    for part in cell.findall(nodes.container):
+        if "cell_input" in part.get("classes", []):
+            code = part.astext()
+            return "%pip install" in code and "transformer_lib @ git+" in code
+    return False
+
+
+def _on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    for cell in list(doctree.findall(nodes.container)):
+        if is_setup_cell(cell):
+            cell["classes"].append(SETUP_CLASS)
+            cell.insert(0, _setup_note())
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("builder-inited", _on_builder_inited)
+    app.connect("html-page-context", _on_html_page_context)
+    app.connect("doctree-resolved", _on_doctree_resolved)
+    # A new env_version makes Sphinx rebuild every page: editing this file then shows on all of them.
+    env_version = int(hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:8], 16)
+    return {"version": "1.0", "env_version": env_version, "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,215 @@
+"""Attention: reference equivalence with PyTorch, properties, the KV cache hook, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+import torch
+import torch.nn.functional as F
+
+from transformer_lib.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+from transformer_lib.masking import causal_mask, padding_mask, to_torch_blocked
+from transformer_lib.reference import torch_multihead_attention
+
+ATOL = 1e-6  # fp32 reference tolerance reached by every equivalence test below
+
+
+def _mask(kind: str, batch: tuple[int, ...], T: int, L: int) -> torch.Tensor | None:
+    if kind == "none":
+        return None
+    if kind == "causal":
+        return torch.ones(T, L, dtype=torch.bool).tril(L - T)
+    if kind == "padding":
+        lengths = torch.randint(1, L + 1, batch)
+        return (torch.arange(L) < lengths[..., None])[..., None, :]  # (*batch, 1, L)
+    if kind == "random":  # arbitrary pattern, every row keeps at least one key
+        mask = torch.rand(*batch, T, L) > 0.5
+        mask[..., 0] = True
+        return mask
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "causal", "padding", "random"])
+@pytest.mark.parametrize("batch, T, L, Dk, Dv", [((2,), 5, 5, 8, 8), ((3, 2), 4, 7, 16, 5), ((1, 4), 1, 9, 4, 12)])
+def test_attention_function_matches_torch_sdpa(mask_kind: str, batch: tuple[int, ...], T: int, L: int, Dk: int, Dv: int) -> None:
+    q, k, v = torch.randn(*batch, T, Dk), torch.randn(*batch, L, Dk), torch.randn(*batch, L, Dv)
+    mask = _mask(mask_kind, batch, T, L)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(*batch, T), atol=ATOL, rtol=0)
+    if mask is not None:
+        assert (weights.masked_select(~mask.expand_as(weights)) == 0).all(), "masked keys must get exactly zero weight"
+
+
+def test_fully_masked_rows_give_zeros_not_nan_in_both_paths() -> None:
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    mask[0, 1] = False  # query 1 of item 0 sees nothing
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert not out.isnan().any() and not weights.isnan().any()
+    assert torch.equal(out[0, 1], torch.zeros(4)) and torch.equal(weights[0, 1], torch.zeros(5))
+
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 5, 8)
+    all_blocked = torch.zeros(2, 1, 5, 5, dtype=torch.bool)
+    all_blocked[1] = True
+    fast, _ = mha(x, x, x, mask=all_blocked)
+    explicit, w = mha(x, x, x, mask=all_blocked, need_weights=True)
+    assert not fast.isnan().any() and not explicit.isnan().any()
+    torch.testing.assert_close(fast, explicit, atol=ATOL, rtol=0)
+    assert torch.equal(w[0], torch.zeros_like(w[0]))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("kdim, vdim", [(None, None), (6, 10)])
+def test_multi_head_attention_matches_nn_multiheadattention(need_weights: bool, kdim: int | None, vdim: int | None) -> None:
+    D, H, B, T, S = 16, 4, 3, 5, 7
+    ours = MultiHeadAttention(D, H, kdim=kdim, vdim=vdim).eval()
+    theirs = torch_multihead_attention(ours).eval()
+    query = torch.randn(B, T, D)
+    key = torch.randn(B, S, kdim or D)
+    value = torch.randn(B, S, vdim or D)
+    src = torch.tensor([[4, 4, 4, 4, 4, 0, 0], [4, 4, 4, 4, 4, 4, 4], [4, 4, 0, 0, 0, 0, 0]])
+    key_mask = padding_mask(src, pad_id=0)  # (B, 1, 1, S)
+
+    out, weights = ours(query, key, value, mask=key_mask, need_weights=need_weights)
+    expected, expected_weights = theirs(
+        query, key, value, key_padding_mask=to_torch_blocked(key_mask[:, 0, 0]), need_weights=True
+    )
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    if need_weights:
+        # nn.MultiheadAttention averages over heads by default; ours returns every head.
+        torch.testing.assert_close(weights.mean(dim=1), expected_weights, atol=ATOL, rtol=0)
+
+
+def test_self_attention_with_causal_mask_matches_nn_multiheadattention() -> None:
+    D, H, B, T = 12, 3, 2, 6
+    ours = MultiHeadAttention(D, H).eval()
+    theirs = torch_multihead_attention(ours).eval()
+    x = torch.randn(B, T, D)
+    out, _ = ours(x, x, x, mask=causal_mask(T))
+    expected, _ = theirs(x, x, x, attn_mask=to_torch_blocked(causal_mask(T)[0, 0]), need_weights=False)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+
+
+def test_fused_and_explicit_paths_agree_with_general_widths() -> None:
+    # The shapes of chapter 1's trace: batch 64, sequence 3, 2 heads, input 6, per-head 4, output 6.
+    mha = MultiHeadAttention(d_model=6, n_heads=2, d_k=4, d_v=4, d_out=6).eval()
+    x = torch.randn(64, 3, 6)
+    fast, none = mha(x, x, x, mask=causal_mask(3))
+    explicit, weights = mha(x, x, x, mask=causal_mask(3), need_weights=True)
+    assert none is None
+    assert fast.shape == (64, 3, 6) and weights.shape == (64, 2, 3, 3)
+    assert mha.q_proj.weight.shape == (2 * 4, 6) and mha.out_proj.weight.shape == (6, 2 * 4)
+    torch.testing.assert_close(fast, explicit, atol=ATOL, rtol=0)
+
+
+def test_value_and_output_widths_can_differ_from_query_width() -> None:
+    mha = MultiHeadAttention(d_model=6, n_heads=3, d_k=2, d_v=5, d_out=7, kdim=4, vdim=9).eval()
+    out, weights = mha(torch.randn(2, 3, 6), torch.randn(2, 8, 4), torch.randn(2, 8, 9), need_weights=True)
+    assert out.shape == (2, 3, 7) and weights.shape == (2, 3, 3, 8)
+    assert mha.v_proj.weight.shape == (15, 9)
+
+
+def test_dropout_on_weights_only_in_training() -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, dropout=0.5)
+    x = torch.randn(2, 10, 16)
+    mha.eval()
+    a, w_eval = mha(x, x, x, need_weights=True)
+    b, _ = mha(x, x, x)
+    torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+    torch.testing.assert_close(w_eval.sum(-1), torch.ones(2, 4, 10), atol=ATOL, rtol=0)
+    mha.train()
+    _, w_train = mha(x, x, x, need_weights=True)
+    row_sums = w_train.sum(-1)
+    assert not torch.allclose(row_sums, torch.ones_like(row_sums)), "dropout must perturb the rows in training"
+    # inverted dropout keeps the expectation: surviving weights are scaled by 1 / (1 - p)
+    kept = w_train != 0
+    torch.testing.assert_close(w_train[kept], (w_eval / 0.5)[kept], atol=1e-5, rtol=0)
+    c, _ = mha(x, x, x)
+    assert not torch.allclose(c, b), "the fused path must apply dropout in training too"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_self_attention_without_positions_is_permutation_equivariant(seed: int) -> None:
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(1, 6, 8)
+    perm = torch.randperm(6)
+    out, _ = mha(x, x, x)
+    out_perm, _ = mha(x[:, perm], x[:, perm], x[:, perm])
+    torch.testing.assert_close(out_perm, out[:, perm], atol=ATOL, rtol=0)
+
+
+def test_growing_cache_reproduces_full_causal_self_attention() -> None:
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 5, 8)
+    full, _ = mha(x, x, x, mask=causal_mask(5))
+    cache = KVCache(growing=True)
+    steps = []
+    for t in range(5):
+        step = x[:, t : t + 1]
+        out, _ = mha(step, step, step, cache=cache)  # one new query sees every cached key
+        steps.append(out)
+    assert cache.length == 5
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=ATOL, rtol=0)
+
+
+def test_static_cache_projects_memory_once_and_reuses_it() -> None:
+    mha = MultiHeadAttention(8, 2).eval()
+    memory, queries = torch.randn(2, 7, 8), torch.randn(2, 3, 8)
+    expected, _ = mha(queries, memory, memory)
+    cache = KVCache(growing=False)
+    first, _ = mha(queries[:, :1], memory, memory, cache=cache)
+    key_before = cache.key
+    # once filled, the memory arguments are ignored: garbage there changes nothing
+    rest, _ = mha(queries[:, 1:], torch.full_like(memory, float("nan")), memory * 0, cache=cache)
+    assert cache.key is key_before and cache.length == 7
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), expected, atol=ATOL, rtol=0)
+
+
+def test_cache_reorder_selects_batch_rows() -> None:
+    cache = KVCache(growing=True)
+    cache.update(torch.arange(3.0).view(3, 1, 1, 1), torch.arange(3.0).view(3, 1, 1, 1))
+    cache.reorder(torch.tensor([2, 2, 0]))
+    assert cache.key.flatten().tolist() == [2.0, 2.0, 0.0]
+
+
+def test_clear_errors_for_bad_input() -> None:
+    with pytest.raises(ValueError, match="d_model=10 is not divisible by n_heads=4"):
+        MultiHeadAttention(10, 4)
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 5, 8)
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 1, 4\) does not broadcast"):
+        mha(x, x, x, mask=torch.ones(2, 1, 1, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="boolean"):
+        mha(x, x, x, mask=torch.zeros(1, 1, 5, 5))
+    with pytest.raises(ValueError, match="query has width 7 but this layer expects 8"):
+        mha(torch.randn(2, 5, 7), x, x)
+    with pytest.raises(ValueError, match="query width 3 must equal key width 4"):
+        scaled_dot_product_attention(torch.randn(2, 3), torch.randn(5, 4), torch.randn(5, 4))
+    with pytest.raises(ValueError, match="dropout must be in"):
+        MultiHeadAttention(8, 2, dropout=1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    B=st.integers(1, 3),
+    T=st.integers(1, 6),
+    L=st.integers(1, 8),
+    extra=st.integers(0, 5),
+    data=st.data(),
+)
+def test_padding_mask_equals_dropping_the_padded_keys(B: int, T: int, L: int, extra: int, data: st.DataObject) -> None:
+    # Property: attending over L real keys plus `extra` masked pads equals attending over the L keys alone.
+    seed = data.draw(st.integers(0, 2**16))
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, T, 4, generator=g), torch.randn(B, L + extra, 4, generator=g), torch.randn(B, L + extra, 3, generator=g))
+    mask = torch.arange(L + extra) < L  # (L + extra,) True for real keys
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    expected, _ = scaled_dot_product_attention(q, k[:, :L], v[:, :L])
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    assert torch.all(weights[..., L:] == 0)

@@ -1,0 +1,125 @@
+"""Blocks: feed-forward, residual placement, encoder/decoder layers against torch.nn, stacks, cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_lib.blocks import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer, FeedForward, Residual
+from transformer_lib.masking import causal_mask, padding_mask, target_mask, to_torch_blocked
+from transformer_lib.reference import torch_decoder_layer, torch_encoder_layer
+
+ATOL = 1e-5  # fp32 tolerance asked for; the tests below reach it with room to spare (see the note in test_model)
+
+
+@pytest.fixture(autouse=True)
+def _no_fastpath():
+    # nn.TransformerEncoderLayer's inference fast path uses nested tensors and returns zeros at
+    # padded positions; compare against the plain math path.
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(previous)
+
+
+def _randomise_norms(module: nn.Module) -> None:
+    # LayerNorms start at (1, 0); random affine parameters make the comparison meaningful.
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.normal_(1.0, 0.2)
+                m.bias.normal_(0.0, 0.2)
+
+
+def test_feed_forward_acts_on_each_position_independently() -> None:
+    ff = FeedForward(8, 32).eval()
+    x = torch.randn(2, 5, 8)
+    y = x.clone()
+    y[1, 3] += 1.0
+    changed = (ff(x) != ff(y)).any(-1)
+    assert changed.tolist() == [[False] * 5, [False, False, False, True, False]]
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_residual_places_the_norm_before_or_after(norm_first: bool) -> None:
+    residual = Residual(6, dropout=0.0, norm_first=norm_first)
+    _randomise_norms(residual)
+    x = torch.randn(3, 6)
+    f = nn.Linear(6, 6)
+    expected = x + f(residual.norm(x)) if norm_first else residual.norm(x + f(x))
+    torch.testing.assert_close(residual(x, f), expected)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_encoder_layer_matches_nn_transformer_encoder_layer(norm_first: bool, activation: str) -> None:
+    ours = EncoderLayer(16, 4, 32, activation=activation, norm_first=norm_first).eval()
+    _randomise_norms(ours)
+    theirs = torch_encoder_layer(ours).eval()
+    src = torch.tensor([[3, 3, 3, 3, 0, 0], [3, 3, 3, 3, 3, 3], [3, 0, 0, 0, 0, 0]])
+    x = torch.randn(3, 6, 16)
+    out, _ = ours(x, padding_mask(src, 0))
+    expected = theirs(x, src_key_padding_mask=to_torch_blocked(padding_mask(src, 0)[:, 0, 0]))
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_matches_nn_transformer_decoder_layer(norm_first: bool) -> None:
+    ours = DecoderLayer(16, 4, 32, norm_first=norm_first).eval()
+    _randomise_norms(ours)
+    theirs = torch_decoder_layer(ours).eval()
+    src = torch.tensor([[3, 3, 3, 0, 0], [3, 3, 3, 3, 3]])
+    tgt = torch.tensor([[2, 5, 5, 5], [2, 5, 0, 0]])
+    x, memory = torch.randn(2, 4, 16), torch.randn(2, 5, 16)
+    out, _, _ = ours(x, memory, src_mask=padding_mask(src, 0), tgt_mask=target_mask(tgt, 0))
+    expected = theirs(
+        x, memory,
+        tgt_mask=to_torch_blocked(causal_mask(4)[0, 0]),
+        tgt_key_padding_mask=to_torch_blocked(padding_mask(tgt, 0)[:, 0, 0]),
+        memory_key_padding_mask=to_torch_blocked(padding_mask(src, 0)[:, 0, 0]),
+    )
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+
+
+def test_layers_return_per_head_attention_weights_on_request() -> None:
+    enc = EncoderLayer(8, 2, 16).eval()
+    dec = DecoderLayer(8, 2, 16).eval()
+    x, memory = torch.randn(3, 4, 8), torch.randn(3, 6, 8)
+    _, none = enc(x)
+    _, w = enc(x, need_weights=True)
+    _, w_self, w_cross = dec(x, memory, tgt_mask=causal_mask(4), need_weights=True)
+    assert none is None and w.shape == (3, 2, 4, 4)
+    assert w_self.shape == (3, 2, 4, 4) and w_cross.shape == (3, 2, 4, 6)
+    assert torch.all(w_self.triu(1) == 0), "decoder self-attention must not look ahead"
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_stacks_add_a_final_norm_only_for_pre_ln(norm_first: bool) -> None:
+    layers = [EncoderLayer(8, 2, 16, norm_first=norm_first) for _ in range(2)]
+    final = nn.LayerNorm(8) if norm_first else None
+    encoder = Encoder(layers, final_norm=final).eval()
+    x = torch.randn(2, 3, 8)
+    out, weights = encoder(x, need_weights=True)
+    h = x
+    for layer in layers:
+        h, _ = layer(h)
+    torch.testing.assert_close(out, final(h) if norm_first else h)
+    assert len(weights) == 2
+
+
+def test_decoder_cache_steps_equal_the_full_pass() -> None:
+    decoder = Decoder([DecoderLayer(8, 2, 16, norm_first=True) for _ in range(2)], nn.LayerNorm(8)).eval()
+    x, memory = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    full, _, _ = decoder(x, memory, tgt_mask=causal_mask(5))
+    cache = DecoderCache(2)
+    steps = [decoder(x[:, t : t + 1], memory, cache=cache)[0] for t in range(5)]
+    assert cache.length == 5
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="cache has 3 layers but the decoder has 2"):
+        decoder(x, memory, cache=DecoderCache(3))
+
+
+def test_unknown_activation_is_named() -> None:
+    with pytest.raises(ValueError, match="'swish'"):
+        FeedForward(4, 8, activation="swish")

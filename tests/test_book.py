@@ -1,0 +1,193 @@
+"""Tests of the book itself: structure, hygiene, the Colab cell, and names the chapters use.
+
+Executing the chapters is done by nbmake (``make test`` runs ``pytest --nbmake book``) and by the
+website build; these tests check what execution cannot.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK = ROOT / "book"
+NOTEBOOKS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+REPO_URL = CONFIG["repository"]["url"]
+
+SETUP_CELL = f"""\
+# On Colab (or wherever transformer_lib is not installed) this installs the library from the
+# book's repository. Where it is installed already (a clone, the website build) it does nothing.
+try:
+    import transformer_lib
+except ImportError:
+    %pip install --quiet "transformer_lib @ git+{REPO_URL}"
+"""
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _code_cells(nb: dict) -> list[dict]:
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def _source(cell: dict) -> str:
+    src = cell["source"]
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _toc_files(toc: dict) -> list[str]:
+    files = [toc["root"]]
+    for entry in toc.get("chapters", []):
+        files.append(entry["file"])
+    for part in toc.get("parts", []):
+        files += [entry["file"] for entry in part.get("chapters", [])]
+    return files
+
+
+def test_there_are_chapters_to_test() -> None:
+    # Guards against a glob that silently matches nothing (every test below would pass vacuously).
+    assert NOTEBOOKS, f"no chapter notebooks found in {BOOK}"
+
+
+def test_toc_lists_exactly_the_chapters_in_reading_order() -> None:
+    files = _toc_files(TOC)
+    assert files[0] == "book/intro"
+    chapters = files[1:]
+    assert chapters == [f"book/{p.stem}" for p in NOTEBOOKS], "every chapter notebook in _toc.yml, in numeric order"
+    for f in files:
+        assert (ROOT / f"{f}.md").exists() or (ROOT / f"{f}.ipynb").exists(), f"{f} is in _toc.yml but missing"
+
+
+def test_chapter_numbers_are_consecutive() -> None:
+    numbers = [int(p.name[:2]) for p in NOTEBOOKS]
+    assert numbers == list(range(1, len(numbers) + 1))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_without_outputs(path: Path) -> None:
+    for i, cell in enumerate(_code_cells(_load(path))):
+        assert not cell.get("outputs"), f"{path.name}: code cell {i} has stored outputs"
+        assert cell.get("execution_count") is None, f"{path.name}: code cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_code_cell_is_the_shared_colab_setup_from_the_config_url(path: Path) -> None:
+    first = _source(_code_cells(_load(path))[0])
+    assert first.strip() == SETUP_CELL.strip(), (
+        f"{path.name}: the first code cell must be the shared setup cell installing from {REPO_URL} "
+        "(the URL lives in _config.yml: repository.url)"
+    )
+
+
+def test_readme_installs_from_the_same_url() -> None:
+    assert f"git+{REPO_URL}" in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_has_a_title_and_a_python_kernel(path: Path) -> None:
+    nb = _load(path)
+    assert nb["metadata"].get("kernelspec", {}).get("language") == "python"
+    first = nb["cells"][0]
+    assert first["cell_type"] == "markdown" and _source(first).lstrip().startswith("# "), "a chapter opens with its title"
+
+
+_MAGIC = re.compile(r"^([ \t]*)[%!].*$", re.MULTILINE)
+
+
+def _parse(cell: dict) -> ast.Module:
+    # Keep the magic's indentation: the setup cell's %pip sits inside an `except` block.
+    return ast.parse(_MAGIC.sub(r"\1pass", _source(cell)))
+
+
+def _library_names_used(nb: dict) -> set[str]:
+    """Dotted names a notebook takes from transformer_lib, by import or by attribute access."""
+    used: set[str] = set()
+    aliases: dict[str, str] = {}  # local name -> dotted name it stands for
+    for cell in _code_cells(nb):
+        tree = _parse(cell)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("transformer_lib"):
+                for alias in node.names:
+                    assert alias.name != "*", "no `import *` from transformer_lib: names must be traceable"
+                    used.add(f"{node.module}.{alias.name}")
+                    aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("transformer_lib"):
+                        used.add(alias.name)
+                        if alias.asname:
+                            aliases[alias.asname] = alias.name
+                        else:
+                            aliases["transformer_lib"] = "transformer_lib"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                used.add(f"{aliases[node.value.id]}.{node.attr}")
+    return used
+
+
+def _resolves(dotted: str) -> bool:
+    """Import the longest module prefix of ``dotted``, then follow the rest as attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_library_name_a_chapter_uses_exists(path: Path) -> None:
+    used = _library_names_used(_load(path))
+    assert used - {"transformer_lib"}, f"{path.name} imports nothing from transformer_lib: chapters teach the library"
+    missing = sorted(name for name in used if not _resolves(name))
+    assert not missing, f"{path.name} uses names transformer_lib does not define: {missing}"
+
+
+def _public_library_names() -> set[str]:
+    names: set[str] = set()
+    for py in (ROOT / "transformer_lib").glob("*.py"):
+        module = importlib.import_module(f"transformer_lib.{py.stem}")
+        names |= {n for n in getattr(module, "__all__", []) if not n.startswith("_")}
+    return names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapters_do_not_redefine_library_code(path: Path) -> None:
+    library = _public_library_names()
+    for cell in _code_cells(_load(path)):
+        for node in _parse(cell).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                assert node.name not in library, (
+                    f"{path.name} defines {node.name}, which transformer_lib already provides: import it"
+                )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_has_at_least_three_exercises_with_hidden_solutions(path: Path) -> None:
+    nb = _load(path)
+    solutions = [c for c in _code_cells(nb) if "hide-input" in c.get("metadata", {}).get("tags", [])]
+    assert len(solutions) >= 3, f"{path.name}: {len(solutions)} hidden solution cells, need at least 3"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_checks_print_that_they_passed(path: Path) -> None:
+    sources = [_source(c) for c in _code_cells(_load(path))]
+    asserting = [s for s in sources if re.search(r"^\s*assert\b", s, re.MULTILINE)]
+    assert len(asserting) >= 3, f"{path.name}: a chapter makes its claims checkable (found {len(asserting)} asserting cells)"
+    assert all("✓" in s for s in asserting), f"{path.name}: every checking cell prints a ✓ line when it passes"

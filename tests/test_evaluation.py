@@ -1,0 +1,185 @@
+"""Tests of transformer_lib.evaluation: detokenization, BLEU as sacrebleu computes it, exact match."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+from pathlib import Path
+
+import pytest
+import sacrebleu
+import torch
+
+from transformer_lib.data import tokenizer
+from transformer_lib.evaluation import BleuScore, bleu_scores, corpus_bleu, detokenize, exact_match
+
+# --------------------------------------------------------------------------------------------------
+# Detokenization
+
+
+@pytest.mark.parametrize(
+    "tokens, text",
+    [
+        ("A man 's bike .", "A man's bike."),
+        ("He is n't here , is he ?", "He isn't here, is he?"),
+        ("I ca n't go ; it 's 5:30 .", "I can't go; it's 5:30."),
+        ('She said " hello " to them .', 'She said "hello" to them.'),
+        ("A man in a black t - shirt .", "A man in a black t-shirt."),
+        ("A game of tug - of - war .", "A game of tug-of-war."),
+        ("A 3 - year - old child .", "A 3-year-old child."),
+        ("Two men ( one in red ) play .", "Two men (one in red) play."),
+        ("They 're walking ; she 'll run !", "They're walking; she'll run!"),
+        ("Dogs ' toys , cats ' toys .", "Dogs' toys, cats' toys."),
+        ("A dog .", "A dog."),
+    ],
+)
+def test_detokenize_english(tokens: str, text: str) -> None:
+    assert detokenize(tokens.split(), "en") == text
+
+
+@pytest.mark.parametrize(
+    "tokens, text",
+    [
+        ("Ein Mann im T-Shirt fährt Fahrrad .", "Ein Mann im T-Shirt fährt Fahrrad."),
+        ('Ein Kind , das " Hallo " sagt .', 'Ein Kind, das "Hallo" sagt.'),
+    ],
+)
+def test_detokenize_german(tokens: str, text: str) -> None:
+    assert detokenize(tokens.split(), "de") == text
+
+
+def test_detokenize_is_not_joining_on_spaces() -> None:
+    tokens = ["A", "man", "'s", "bike", "."]
+    assert detokenize(tokens) != " ".join(tokens)
+
+
+@pytest.mark.parametrize(
+    "lang, sentence",
+    [
+        ("en", "A man in a blue t-shirt isn't smiling, but the dog's tail is wagging."),
+        ("en", 'Two kids (twins?) play "tug-of-war" on a well-kept lawn.'),
+        ("en", "A woman can't find her keys; she's looking under the mat!"),
+        ("de", "Ein Mann in einem blauen T-Shirt lächelt nicht, aber der Hund wedelt mit dem Schwanz."),
+        ("de", 'Zwei Kinder (Zwillinge?) spielen "Tauziehen" auf einem gepflegten Rasen.'),
+    ],
+)
+def test_detokenize_inverts_the_spacy_tokenizer(lang: str, sentence: str) -> None:
+    tokens = tokenizer(lang)(sentence)
+    assert detokenize(tokens, lang) == sentence
+
+
+def multi30k_dir() -> Path | None:
+    folder = os.environ.get("MULTI30K_DIR")
+    return Path(folder) if folder and (Path(folder) / "test_2016_flickr.en.gz").exists() else None
+
+
+@pytest.mark.multi30k
+@pytest.mark.skipif(multi30k_dir() is None, reason="set MULTI30K_DIR to the folder with the Multi30k .gz files")
+@pytest.mark.parametrize("lang", ["en", "de"])
+def test_detokenize_round_trips_the_multi30k_test_set(lang: str) -> None:
+    """detokenize(tokenize(s)) gives back s for at least 99% of the test sentences (the few that
+    do not have stray spaces or quotes in the raw text)."""
+    path = multi30k_dir() / f"test_2016_flickr.{lang}.gz"  # type: ignore[operator]
+    sentences = gzip.open(path, "rt", encoding="utf-8").read().splitlines()
+    tokenize = tokenizer(lang)
+    same = sum(detokenize(tokenize(s), lang) == s.strip() for s in sentences)
+    assert same / len(sentences) >= 0.99
+
+
+def test_detokenize_rejects_a_string() -> None:
+    with pytest.raises(TypeError, match="list of tokens"):
+        detokenize("A man .")
+
+
+# --------------------------------------------------------------------------------------------------
+# BLEU
+
+HYPOTHESES = [
+    "A man's bike is leaning against a wall.",
+    "Two dogs run through the snow.",
+    "a woman sings on a stage",
+    "Children are playing in a park.",
+]
+REFERENCES = [
+    "A man's bicycle leans against a wall.",
+    "Two dogs are running through the snow.",
+    "A woman is singing on stage.",
+    "Children are playing in the park.",
+]
+
+
+def test_bleu_equals_sacrebleu_called_directly() -> None:
+    ours = corpus_bleu(HYPOTHESES, REFERENCES)
+    theirs = sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES])
+    assert ours.score == theirs.score
+    assert list(ours.precisions) == list(theirs.precisions)
+    assert ours.brevity_penalty == theirs.bp
+    assert (ours.sys_len, ours.ref_len) == (theirs.sys_len, theirs.ref_len)
+    assert 0 < ours.score < 100
+
+
+def test_lowercased_bleu_equals_sacrebleu_called_directly() -> None:
+    ours = corpus_bleu(HYPOTHESES, REFERENCES, lowercase=True)
+    theirs = sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES], lowercase=True)
+    assert ours.score == theirs.score
+    assert ours.score > corpus_bleu(HYPOTHESES, REFERENCES).score  # "a woman" now matches "A woman"
+
+
+def test_bleu_by_hand() -> None:
+    """Hypothesis 'the cat sat on the mat' against 'the cat is on the mat': 5/6 unigrams, 3/5
+    bigrams, 1/4 trigrams and 0/3 four-grams match; the zero count is smoothed to 1/(2*3)
+    (sacrebleu's default 'exp' smoothing); same length, so no brevity penalty."""
+    result = corpus_bleu(["the cat sat on the mat"], ["the cat is on the mat"])
+    precisions = [5 / 6, 3 / 5, 1 / 4, 1 / 6]
+    expected = 100 * math.exp(sum(math.log(p) for p in precisions) / 4)
+    assert result.score == pytest.approx(expected, abs=1e-9)
+    assert result.brevity_penalty == 1.0
+
+
+def test_bleu_signature_and_label() -> None:
+    scores = bleu_scores(HYPOTHESES, REFERENCES)
+    cased, lower = scores["cased"], scores["lowercased"]
+    assert isinstance(cased, BleuScore)
+    assert "case:mixed" in cased.signature and "tok:13a" in cased.signature and "nrefs:1" in cased.signature
+    assert f"version:{sacrebleu.__version__}" in cased.signature
+    assert "case:lc" in lower.signature
+    assert "lowercased, for comparison with older Multi30k papers" in str(lower)
+    assert "lowercased" not in str(cased) and cased.signature in str(cased)
+
+
+def test_detokenized_output_scores_higher_than_space_joined_tokens() -> None:
+    tokenize = tokenizer("en")
+    tokens = [tokenize(r) for r in REFERENCES]
+    assert corpus_bleu([detokenize(t) for t in tokens], REFERENCES).score == pytest.approx(100.0)
+    assert corpus_bleu([" ".join(t) for t in tokens], REFERENCES).score < 100.0
+
+
+@pytest.mark.parametrize(
+    "hypotheses, references, error, message",
+    [
+        (["a b"], ["a b", "c d"], ValueError, "1 hypotheses but 2 references"),
+        ([], [], ValueError, "empty corpus"),
+        ([["a", "b"]], ["a b"], TypeError, "detokenize"),
+        ("a b", "a b", TypeError, "list of sentences"),
+    ],
+)
+def test_bleu_rejects_bad_input(hypotheses, references, error, message: str) -> None:
+    with pytest.raises(error, match=message):
+        corpus_bleu(hypotheses, references)
+
+
+# --------------------------------------------------------------------------------------------------
+# Exact match
+
+
+def test_exact_match() -> None:
+    assert exact_match([[5, 6], [7, 8], [9]], [[5, 6], [7, 9], [9]]) == pytest.approx(2 / 3)
+    assert exact_match([["a", "b"]], [["a", "b"]]) == 1.0
+    assert exact_match([[5, 6]], [[5, 6, 7]]) == 0.0  # a missing token is wrong
+    assert exact_match([torch.tensor([5, 6]), torch.tensor([1])], [[5, 6], [2]]) == 0.5
+
+
+def test_exact_match_rejects_mismatched_lengths() -> None:
+    with pytest.raises(ValueError, match="2 predictions but 1 references"):
+        exact_match([[1], [2]], [[1]])

@@ -1,0 +1,206 @@
+"""The whole model: reference equivalence with nn.Transformer, properties, sizes, config checks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_lib.model import PRESETS, Transformer, TransformerConfig, count_parameters
+from transformer_lib.reference import TorchTransformer
+
+PAD = 0
+
+
+def tiny(**overrides) -> TransformerConfig:
+    values = dict(d_model=16, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=32, max_len=40)
+    return TransformerConfig(src_vocab_size=13, tgt_vocab_size=11, **{**values, **overrides})
+
+
+def batch(B: int = 3, S: int = 7, T: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    src = torch.randint(1, 13, (B, S))
+    tgt = torch.randint(1, 11, (B, T))
+    src[0, 5:] = PAD  # ragged source
+    tgt[1, 4:] = PAD  # ragged target
+    return src, tgt
+
+
+@pytest.fixture
+def no_fastpath():
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(previous)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("tie_output", [False, True])
+def test_model_matches_nn_transformer_with_copied_weights(no_fastpath, norm_first: bool, tie_output: bool) -> None:
+    model = Transformer(tiny(norm_first=norm_first, tie_output=tie_output)).eval()
+    with torch.no_grad():  # non-trivial LayerNorm parameters everywhere
+        for m in model.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.normal_(1.0, 0.2)
+                m.bias.normal_(0.0, 0.2)
+    reference = TorchTransformer(model).eval()
+    src, tgt = batch()
+    logits = model(src, tgt, *model.make_masks(src, tgt))
+    expected = reference(src, tgt)
+    assert logits.shape == (3, 6, 11)
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("t", [0, 2, 4])
+def test_causality_future_targets_do_not_change_past_logits_exactly(norm_first: bool, t: int) -> None:
+    model = Transformer(tiny(norm_first=norm_first)).eval()
+    src, tgt = batch()
+    tgt[1, 4:] = 5  # no padding here: every position is a real token
+    changed = tgt.clone()
+    changed[:, t + 1 :] = torch.randint(1, 11, changed[:, t + 1 :].shape)
+    assert not torch.equal(changed, tgt)
+    a = model(src, tgt, *model.make_masks(src, tgt))
+    b = model(src, changed, *model.make_masks(src, changed))
+    assert torch.equal(a[:, : t + 1], b[:, : t + 1]), "a future token changed a past output"
+    assert not torch.equal(a[:, t + 1 :], b[:, t + 1 :]), "the check must be able to fail"
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_padding_invariance_appending_source_pads_changes_nothing(norm_first: bool) -> None:
+    model = Transformer(tiny(norm_first=norm_first)).eval()
+    src, tgt = batch()
+    padded = torch.cat([src, torch.full((3, 4), PAD)], dim=1)
+    a = model(src, tgt, *model.make_masks(src, tgt))
+    b = model(padded, tgt, *model.make_masks(padded, tgt))
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    # without the mask the pads are attended to, and the output changes: the check can fail
+    c = model(padded, tgt, None, model.make_masks(padded, tgt)[1])
+    assert not torch.allclose(a, c, atol=1e-3)
+
+
+def test_fully_masked_rows_produce_no_nan() -> None:
+    model = Transformer(tiny()).eval()
+    src, tgt = batch()
+    src[2] = PAD  # an empty source: every key masked for every query
+    logits = model(src, tgt, *model.make_masks(src, tgt))
+    assert torch.isfinite(logits).all()
+
+
+def test_tied_output_is_one_parameter_and_the_count_drops_by_V_times_D() -> None:
+    untied = Transformer(tiny(tie_output=False))
+    tied = Transformer(tiny(tie_output=True))
+    assert tied.generator.weight is tied.tgt_embed.weight
+    assert untied.generator.weight is not untied.tgt_embed.weight
+    assert count_parameters(untied) - count_parameters(tied) == 11 * 16
+    # a gradient step through the output layer moves the embedding: they are one tensor
+    src, tgt = batch()
+    tied(src, tgt, *tied.make_masks(src, tgt)).sum().backward()
+    assert tied.tgt_embed.weight.grad is tied.generator.weight.grad
+
+
+def test_shared_embeddings_need_a_joint_vocabulary_and_save_V_times_D() -> None:
+    cfg = dict(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=4, d_ff=32, n_encoder_layers=1, n_decoder_layers=1)
+    separate = Transformer(TransformerConfig(**cfg, tie_output=True))
+    shared = Transformer(TransformerConfig(**cfg, tie_output=True, share_embeddings=True))
+    assert shared.src_embed is shared.tgt_embed and shared.generator.weight is shared.src_embed.weight
+    assert count_parameters(separate) - count_parameters(shared) == 20 * 16
+    with pytest.raises(ValueError, match="src_vocab_size=20 != tgt_vocab_size=21"):
+        TransformerConfig(**{**cfg, "tgt_vocab_size": 21}, share_embeddings=True)
+
+
+def _expected_count(D: int, H: int, d_ff: int, N: int, V: int) -> int:
+    """Table 3's model by hand: shared V x D embedding tied to the output, N + N Post-LN layers."""
+    attention = 4 * (D * D + D)
+    feed_forward = D * d_ff + d_ff + d_ff * D + D
+    norm = 2 * D
+    encoder_layer = attention + feed_forward + 2 * norm
+    decoder_layer = 2 * attention + feed_forward + 3 * norm
+    return V * D + N * (encoder_layer + decoder_layer)
+
+
+@pytest.mark.parametrize("preset, paper_millions", [("base", 65), ("big", 213)])
+def test_table_3_parameter_counts(preset: str, paper_millions: int) -> None:
+    cfg = TransformerConfig.from_preset(preset)
+    p = PRESETS[preset]
+    expected = _expected_count(p["d_model"], p["n_heads"], p["d_ff"], p["n_encoder_layers"], p["src_vocab_size"])
+    with torch.device("meta"):  # count without allocating 200M floats
+        model = Transformer(cfg)
+    count = count_parameters(model)
+    assert count == expected
+    # base: 63,082,496 (-2.9% vs 65M); big: 214,245,376 (+0.6% vs 213M)
+    assert abs(count / (paper_millions * 1e6) - 1) < 0.035
+
+
+def test_paper_initialisation() -> None:
+    model = Transformer(tiny(d_model=64, n_heads=4, tie_output=False))
+    emb = model.src_embed.weight
+    assert abs(emb.std().item() - 64**-0.5) < 0.1 * 64**-0.5
+    w = model.encoder.layers[0].self_attn.q_proj.weight
+    bound = math.sqrt(6 / (w.size(0) + w.size(1)))  # Xavier uniform
+    assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
+    assert torch.equal(model.encoder.layers[0].feed_forward.linear1.bias, torch.zeros(32))
+
+
+def test_cached_decode_equals_full_decode() -> None:
+    model = Transformer(tiny(norm_first=True)).eval()
+    src, tgt = batch()
+    tgt[1, 4:] = 5
+    src_mask, tgt_mask = model.make_masks(src, tgt)
+    memory = model.encode(src, src_mask)
+    full = model.decode(tgt, memory, src_mask, tgt_mask)
+    cache = model.new_cache()
+    steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
+
+
+def test_attention_maps_cover_every_layer() -> None:
+    model = Transformer(tiny()).eval()
+    src, tgt = batch()
+    maps = model.attention_maps(src, tgt, *model.make_masks(src, tgt))
+    assert [w.shape for w in maps.encoder_self] == [(3, 4, 7, 7)] * 2
+    assert [w.shape for w in maps.decoder_cross] == [(3, 4, 6, 7)] * 2
+    assert maps.encoder_self[0][0, :, :, 5:].abs().sum() == 0, "padded source keys get no weight"
+
+
+def test_state_dict_and_config_round_trip() -> None:
+    model = Transformer(tiny(share_embeddings=False)).eval()
+    clone = Transformer(TransformerConfig.from_dict(model.config.to_dict())).eval()
+    clone.load_state_dict(model.state_dict())
+    src, tgt = batch()
+    assert torch.equal(model(src, tgt, *model.make_masks(src, tgt)), clone(src, tgt, *clone.make_masks(src, tgt)))
+
+
+def test_bad_config_is_rejected_with_the_value_and_the_fix() -> None:
+    with pytest.raises(ValueError, match=r"d_model=510 is not divisible by n_heads=8.*d_model=504 or 512"):
+        TransformerConfig(src_vocab_size=10, tgt_vocab_size=10, d_model=510, n_heads=8)
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        TransformerConfig.from_preset("huge")
+    with pytest.raises(TypeError, match=r"unknown config field\(s\) \['d_modle'\]"):
+        TransformerConfig.from_preset("tiny", src_vocab_size=5, tgt_vocab_size=5, d_modle=8)
+    with pytest.raises(ValueError, match="dropout must be in"):
+        tiny(dropout=1.5)
+    with pytest.raises(ValueError, match="n_heads must be a positive integer"):
+        tiny(n_heads=0)
+    with pytest.raises(ValueError, match="positional must be"):
+        tiny(positional="rotary")
+
+
+def test_bad_input_is_rejected_with_the_value_and_the_limit() -> None:
+    model = Transformer(tiny(max_len=8)).eval()
+    src, tgt = batch(S=7, T=6)
+    with pytest.raises(TypeError, match="must be integers"):
+        model(src.float(), tgt)
+    with pytest.raises(ValueError, match=r"positions 0\.\.8 do not fit the positional table of max_len=8"):
+        model(torch.randint(1, 13, (1, 9)), tgt[:1])
+    with pytest.raises(ValueError, match=r"token id 13 is outside the vocabulary \[0, 12\]"):
+        model(torch.full((1, 3), 13), tgt[:1])
+    with pytest.raises(ValueError, match="src must be a"):
+        model(src[0], tgt)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds_a_valid_config(name: str) -> None:
+    cfg = TransformerConfig.from_preset(name, src_vocab_size=37000, tgt_vocab_size=37000)
+    assert cfg.d_model % cfg.n_heads == 0

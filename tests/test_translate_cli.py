@@ -1,0 +1,280 @@
+"""Tests of transformer_lib.translate: the command line translates, evaluates, and fails clearly.
+
+Checkpoints are written here from small random models, in the format ``transformer_lib.training``
+saves (every entry it writes, so that its stricter loader accepts them too).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_lib.data import Vocab, tokenizer
+from transformer_lib.decoding import beam_search, greedy_decode
+from transformer_lib.evaluation import corpus_bleu, detokenize
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.translate import Translator, TranslationError, main
+
+GERMAN = [
+    "Ein Mann fährt Fahrrad.",
+    "Zwei Hunde rennen durch den Schnee.",
+    "Eine Frau singt auf einer Bühne.",
+    "Kinder spielen im Park.",
+]
+ENGLISH = [
+    "A man rides a bike.",
+    "Two dogs run through the snow.",
+    "A woman sings on a stage.",
+    "Children play in the park.",
+]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def checkpoint_dict(task: str = "multi30k", max_len: int = 24, seed: int = 0) -> dict:
+    if task == "multi30k":
+        src_vocab = Vocab.build([tokenizer("de")(s) for s in GERMAN])
+        tgt_vocab = Vocab.build([tokenizer("en")(s) for s in ENGLISH])
+        data = {"src_lang": "de", "tgt_lang": "en", "lowercase": False, "source_format": "tokens+eos"}
+    else:
+        src_vocab = tgt_vocab = Vocab(["<pad>", "<unk>", "<bos>", "<eos>", *(str(i) for i in range(10))])
+        data = {"source_format": "tokens+eos"}
+    config = TransformerConfig(
+        src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), d_model=32, n_heads=4,
+        n_encoder_layers=1, n_decoder_layers=1, d_ff=64, max_len=max_len,
+    )
+    torch.manual_seed(seed)
+    model = Transformer(config)
+    return {
+        "format_version": 1,
+        "model_config": config.to_dict(),
+        "model_state": model.state_dict(),
+        "src_vocab": src_vocab.to_dict(),
+        "tgt_vocab": tgt_vocab.to_dict(),
+        "task": task,
+        "data": data,
+        "optimizer_state": {},
+        "scheduler_state": {},
+        "train_config": {},
+        "step": 0,
+        "epoch": 0,
+        "rng_state": {},
+        "metrics": {},
+    }
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    path = tmp_path / "checkpoint.pt"
+    torch.save(checkpoint_dict(), path)
+    return path
+
+
+def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+# --------------------------------------------------------------------------------------------------
+# Translating
+
+
+def test_translate_prints_the_greedy_translation(checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
+    status, out, err = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", GERMAN[0], GERMAN[1])
+    assert status == 0 and err == ""
+    # The same thing done by hand: tokenize, add <eos>, greedy decode, detokenize.
+    translator = Translator.from_checkpoint(checkpoint)
+    src_vocab, tgt_vocab = translator.src_vocab, translator.tgt_vocab
+    expected = []
+    for sentence in GERMAN[:2]:
+        ids = src_vocab.encode(tokenizer("de")(sentence), add_eos=True)
+        src = torch.tensor([ids])
+        output = greedy_decode(translator.model, src, None, max_len=min(24, len(ids) + 50),
+                               bos_id=2, eos_id=3, pad_id=0)
+        expected.append(detokenize(tgt_vocab.decode(output[0].tolist()), "en"))
+    assert out.splitlines() == expected
+
+
+def test_translate_with_beam(checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
+    status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--beam", "3", GERMAN[2])
+    assert status == 0
+    translator = Translator.from_checkpoint(checkpoint)
+    src, src_mask = translator.encode([GERMAN[2]])
+    result = beam_search(translator.model, src, src_mask, beam_size=3, max_len=24, bos_id=2, eos_id=3, pad_id=0)
+    assert out.strip() == detokenize(translator.tgt_vocab.decode(result.sequences[0].tolist()), "en")
+
+
+def test_batched_translation_keeps_the_input_order(checkpoint: Path) -> None:
+    translator = Translator.from_checkpoint(checkpoint)
+    together = translator.translate(GERMAN, batch_size=3)  # sorted by length inside, two batches
+    alone = [translator.translate([sentence])[0] for sentence in GERMAN]
+    assert together == alone
+
+
+def test_toy_task_checkpoint_reads_and_writes_symbols(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "reverse.pt"
+    torch.save(checkpoint_dict(task="reverse", seed=7), path)  # a seed whose random model writes symbols
+    status, out, _ = run_cli(capsys, "--checkpoint", str(path), "--device", "cpu", "3 1 4 1 5")
+    assert status == 0
+    translator = Translator.from_checkpoint(path)
+    src = torch.tensor([[4 + 3, 4 + 1, 4 + 4, 4 + 1, 4 + 5, 3]])  # symbol "k" has id 4 + k; then <eos>
+    output = greedy_decode(translator.model, src, None, max_len=24, bos_id=2, eos_id=3, pad_id=0)
+    assert out.strip() == " ".join(translator.tgt_vocab.decode(output[0].tolist()))
+    assert out.split() and all(symbol in set("0123456789") for symbol in out.split())
+
+
+def test_the_module_runs_as_a_program(tmp_path: Path) -> None:
+    """``python -m transformer_lib.translate`` reaches main() and reports errors without a traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "transformer_lib.translate", "--checkpoint", str(tmp_path / "missing.pt"), "Hallo."],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: checkpoint") and "missing.pt" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluating
+
+
+def write_fake_multi30k(folder: Path) -> None:
+    folder.mkdir()
+    for split in ("val", "test_2016_flickr"):
+        for lang, lines in (("de", GERMAN), ("en", ENGLISH)):
+            with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+
+
+def test_eval_prints_bleu_for_greedy_and_beam(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    data_dir = tmp_path / "multi30k"
+    write_fake_multi30k(data_dir)
+    status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--eval", "test",
+                             "--data-dir", str(data_dir), "--beam", "2")
+    assert status == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("Multi30k test: 4 sentences, de->en")
+    assert any(line.strip().startswith("greedy: BLEU") for line in lines)
+    assert any(line.strip().startswith("beam 2: BLEU") for line in lines)
+    assert "BLEU signature: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" in out
+    assert "for comparison with older Multi30k papers" in out
+    # the greedy number is sacrebleu's BLEU of the greedy translations against the raw references
+    translator = Translator.from_checkpoint(checkpoint)
+    expected = corpus_bleu(translator.translate(GERMAN), ENGLISH).score
+    greedy_line = next(line for line in lines if line.strip().startswith("greedy"))
+    assert f"BLEU {expected:5.2f}" in greedy_line
+
+
+def test_eval_reads_multi30k_dir_from_the_environment(checkpoint: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    data_dir = tmp_path / "multi30k"
+    write_fake_multi30k(data_dir)
+    monkeypatch.setenv("MULTI30K_DIR", str(data_dir))
+    status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--eval", "val",
+                             "--beam", "1", "--limit", "2")
+    assert status == 0
+    assert out.startswith("Multi30k val: 2 sentences")
+    assert "beam" not in out.split("BLEU signature")[0].split("\n", 1)[1]
+
+
+# --------------------------------------------------------------------------------------------------
+# Clear errors: exit status 2, a message that names the problem, no traceback
+
+
+def error_of(capsys: pytest.CaptureFixture, *argv: str) -> str:
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 2 and out == ""
+    assert err.startswith("error: ") and "Traceback" not in err
+    return err
+
+
+def test_missing_checkpoint(tmp_path: Path, capsys) -> None:
+    err = error_of(capsys, "--checkpoint", str(tmp_path / "nope.pt"), "Hallo.")
+    assert "nope.pt" in err and "not found" in err
+
+
+def test_a_folder_is_not_a_checkpoint(tmp_path: Path, capsys) -> None:
+    assert "folder" in error_of(capsys, "--checkpoint", str(tmp_path), "Hallo.")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"this is not a checkpoint", "not a transformer_lib checkpoint"),
+        ("state_dict", "no 'format_version'"),
+        ("version 2", "format_version 2"),
+        ("missing vocab", "lacks ['tgt_vocab']"),
+        ("wrong weights", "weights do not fit"),
+        ("vocab size", "tgt_vocab has"),
+        ("unknown config field", "incompatible checkpoint"),
+    ],
+)
+def test_incompatible_checkpoints(tmp_path: Path, capsys, content, message: str) -> None:
+    path = tmp_path / "bad.pt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        checkpoint = checkpoint_dict()
+        if content == "state_dict":
+            checkpoint = checkpoint["model_state"]
+        elif content == "version 2":
+            checkpoint["format_version"] = 2
+        elif content == "missing vocab":
+            del checkpoint["tgt_vocab"]
+        elif content == "wrong weights":
+            checkpoint["model_state"] = checkpoint_dict(task="reverse")["model_state"]
+        elif content == "vocab size":
+            checkpoint["tgt_vocab"] = {"tokens": ["<pad>", "<unk>", "<bos>", "<eos>"], "unk_token": "<unk>"}
+        elif content == "unknown config field":
+            checkpoint["model_config"]["n_experts"] = 8
+        torch.save(checkpoint, path)
+    assert message in error_of(capsys, "--checkpoint", str(path), "Hallo.")
+
+
+@pytest.mark.parametrize("sentence", ["", "   "])
+def test_empty_input(checkpoint: Path, capsys, sentence: str) -> None:
+    assert "input sentence 2 is empty" in error_of(capsys, "--checkpoint", str(checkpoint), GERMAN[0], sentence)
+
+
+def test_no_input(checkpoint: Path, capsys) -> None:
+    assert "give a sentence" in error_of(capsys, "--checkpoint", str(checkpoint))
+
+
+def test_input_longer_than_the_model_allows(checkpoint: Path, capsys) -> None:
+    long_sentence = " ".join(["Hund"] * 30)  # 30 tokens + <eos> against config.max_len = 24
+    err = error_of(capsys, "--checkpoint", str(checkpoint), long_sentence)
+    assert "31 tokens" in err and "config.max_len=24" in err
+
+
+def test_eval_needs_a_multi30k_checkpoint_and_data(tmp_path: Path, checkpoint: Path, capsys, monkeypatch) -> None:
+    toy = tmp_path / "copy.pt"
+    torch.save(checkpoint_dict(task="copy"), toy)
+    assert "needs a Multi30k checkpoint" in error_of(capsys, "--checkpoint", str(toy), "--eval", "test")
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    assert "MULTI30K_DIR" in error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test")
+    assert "not found" in error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test", "--data-dir", str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--beam", "0", "Hallo."], "--beam must be a positive integer, got 0"),
+        (["--batch-size", "0", "Hallo."], "--batch-size must be a positive integer"),
+        (["--eval", "test", "Hallo."], "not both"),
+    ],
+)
+def test_bad_options(checkpoint: Path, capsys, argv: list[str], message: str) -> None:
+    assert message in error_of(capsys, "--checkpoint", str(checkpoint), *argv)
+
+
+def test_translator_raises_translation_error(checkpoint: Path) -> None:
+    translator = Translator.from_checkpoint(checkpoint)
+    with pytest.raises(TranslationError, match="empty"):
+        translator.translate([""])
+    with pytest.raises(TypeError, match="list of sentences"):
+        translator.translate("Ein Mann.")

@@ -1,0 +1,169 @@
+"""PyTorch's own modules carrying our weights, to check our code against a reference.
+
+Each function builds the ``torch.nn`` counterpart of one of our modules and copies the weights
+across, so both compute the same function if (and only if) our implementation is right:
+
+    ours                         reference
+    MultiHeadAttention           nn.MultiheadAttention
+    EncoderLayer / DecoderLayer  nn.TransformerEncoderLayer / nn.TransformerDecoderLayer
+    Transformer                  TorchTransformer: our embeddings + nn.Transformer + our output layer
+
+The reference modules use ``batch_first=True`` and PyTorch's mask polarity (``True`` = blocked),
+converted with :func:`transformer_lib.masking.to_torch_blocked`. Compare in ``eval()`` mode
+(dropout off) and in fp32. ``nn.Transformer``'s inference fast path (nested tensors) zeroes padded
+positions; disable it with ``torch.backends.mha.set_fastpath_enabled(False)`` for exact comparisons.
+
+Shapes: B batch, S source length, T target length, D model width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+from .blocks import DecoderLayer, EncoderLayer
+from .masking import causal_mask, padding_mask, to_torch_blocked
+from .model import Transformer
+
+__all__ = [
+    "torch_multihead_attention",
+    "torch_encoder_layer",
+    "torch_decoder_layer",
+    "TorchTransformer",
+]
+
+
+@torch.no_grad()
+def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
+    if theirs._qkv_same_embed_dim:
+        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+    else:
+        theirs.q_proj_weight.copy_(ours.q_proj.weight)
+        theirs.k_proj_weight.copy_(ours.k_proj.weight)
+        theirs.v_proj_weight.copy_(ours.v_proj.weight)
+    if theirs.in_proj_bias is not None:
+        theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+    theirs.out_proj.weight.copy_(ours.out_proj.weight)
+    if theirs.out_proj.bias is not None:
+        theirs.out_proj.bias.copy_(ours.out_proj.bias)
+
+
+def torch_multihead_attention(ours: MultiHeadAttention) -> nn.MultiheadAttention:
+    """An ``nn.MultiheadAttention`` with our weights.
+
+    PyTorch's module projects queries, keys and values to ``d_model`` in total and back, so it
+    exists only for ``n_heads * d_k == n_heads * d_v == d_out == d_model``.
+    """
+    H = ours.n_heads
+    if not (H * ours.d_k == H * ours.d_v == ours.d_out == ours.d_model):
+        raise ValueError(
+            f"nn.MultiheadAttention needs n_heads*d_k == n_heads*d_v == d_out == d_model, got "
+            f"{H}*{ours.d_k}, {H}*{ours.d_v}, {ours.d_out}, {ours.d_model}"
+        )
+    theirs = nn.MultiheadAttention(
+        ours.d_model, H, dropout=ours.dropout, bias=ours.q_proj.bias is not None,
+        kdim=ours.kdim, vdim=ours.vdim, batch_first=True,
+    )
+    _copy_attention(ours, theirs)
+    return theirs
+
+
+def _layer_options(layer: EncoderLayer | DecoderLayer) -> dict:
+    ff = layer.feed_forward
+    residual = layer.ff_residual
+    return dict(
+        d_model=layer.self_attn.d_model,
+        nhead=layer.self_attn.n_heads,
+        dim_feedforward=ff.linear1.out_features,
+        dropout=residual.dropout.p,
+        activation="gelu" if isinstance(ff.activation, nn.GELU) else "relu",
+        layer_norm_eps=residual.norm.eps,
+        batch_first=True,
+        norm_first=residual.norm_first,
+    )
+
+
+@torch.no_grad()
+def _copy_feed_forward_and_norms(ours: EncoderLayer | DecoderLayer, theirs: nn.Module, norms: list[nn.LayerNorm]) -> None:
+    theirs.linear1.load_state_dict(ours.feed_forward.linear1.state_dict())
+    theirs.linear2.load_state_dict(ours.feed_forward.linear2.state_dict())
+    for target, source in zip((theirs.norm1, theirs.norm2, getattr(theirs, "norm3", None)), norms):
+        target.load_state_dict(source.state_dict())
+
+
+def torch_encoder_layer(ours: EncoderLayer) -> nn.TransformerEncoderLayer:
+    """An ``nn.TransformerEncoderLayer`` (batch_first) with our weights and our LN placement."""
+    theirs = nn.TransformerEncoderLayer(**_layer_options(ours))
+    _copy_attention(ours.self_attn, theirs.self_attn)
+    _copy_feed_forward_and_norms(ours, theirs, [ours.attn_residual.norm, ours.ff_residual.norm])
+    return theirs
+
+
+def torch_decoder_layer(ours: DecoderLayer) -> nn.TransformerDecoderLayer:
+    """An ``nn.TransformerDecoderLayer`` (batch_first) with our weights and our LN placement."""
+    theirs = nn.TransformerDecoderLayer(**_layer_options(ours))
+    _copy_attention(ours.self_attn, theirs.self_attn)
+    _copy_attention(ours.cross_attn, theirs.multihead_attn)
+    norms = [ours.self_attn_residual.norm, ours.cross_attn_residual.norm, ours.ff_residual.norm]
+    _copy_feed_forward_and_norms(ours, theirs, norms)
+    return theirs
+
+
+def _copied_norm(norm: nn.Module | None) -> nn.LayerNorm | None:
+    if norm is None:
+        return None
+    copy = nn.LayerNorm(norm.normalized_shape, eps=norm.eps)
+    copy.load_state_dict(norm.state_dict())
+    return copy
+
+
+class TorchTransformer(nn.Module):
+    """``nn.Transformer`` between our embeddings and our output layer, with our weights.
+
+    The embeddings, positional encodings and output projection are *our* modules (PyTorch has no
+    counterpart); everything between them is PyTorch's. ``nn.Transformer`` always ends its encoder
+    and decoder with a LayerNorm; for a Post-LN model (the paper's), which has none, they are removed.
+
+    Shape:
+        src ``(B, S)``, tgt ``(B, T)`` token ids -> logits ``(B, T, V_tgt)``. Masks are built from
+        ``pad_id`` (padding) and causality, as :meth:`Transformer.make_masks` does.
+    """
+
+    def __init__(self, ours: Transformer) -> None:
+        super().__init__()
+        c = ours.config
+        self.pad_id = c.pad_id
+        self.src_embed, self.tgt_embed = ours.src_embed, ours.tgt_embed
+        self.src_positions, self.tgt_positions = ours.src_positions, ours.tgt_positions
+        self.generator = ours.generator
+        encoder_layers = [torch_encoder_layer(layer) for layer in ours.encoder.layers]
+        decoder_layers = [torch_decoder_layer(layer) for layer in ours.decoder.layers]
+        encoder = nn.TransformerEncoder(encoder_layers[0], num_layers=1, enable_nested_tensor=False)
+        decoder = nn.TransformerDecoder(decoder_layers[0], num_layers=1)
+        encoder.layers, encoder.num_layers = nn.ModuleList(encoder_layers), len(encoder_layers)
+        decoder.layers, decoder.num_layers = nn.ModuleList(decoder_layers), len(decoder_layers)
+        # nn.Transformer would add final LayerNorms unconditionally; the Post-LN model has none.
+        encoder.norm = _copied_norm(ours.encoder.final_norm)
+        decoder.norm = _copied_norm(ours.decoder.final_norm)
+        # nn.Transformer re-initialises every matrix it holds when it is constructed (custom stacks
+        # included), so it is built empty and our converted stacks are put in afterwards.
+        self.transformer = nn.Transformer(
+            d_model=c.d_model, nhead=c.n_heads, num_encoder_layers=0, num_decoder_layers=0,
+            dim_feedforward=1, batch_first=True,
+        )
+        self.transformer.encoder, self.transformer.decoder = encoder, decoder
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        src_blocked = to_torch_blocked(padding_mask(src, self.pad_id)[:, 0, 0])  # (B, S), True = pad
+        tgt_blocked = to_torch_blocked(padding_mask(tgt, self.pad_id)[:, 0, 0])  # (B, T)
+        future_blocked = to_torch_blocked(causal_mask(tgt.size(1), device=tgt.device)[0, 0])  # (T, T)
+        hidden = self.transformer(
+            self.src_positions(self.src_embed(src)),
+            self.tgt_positions(self.tgt_embed(tgt)),
+            tgt_mask=future_blocked,
+            src_key_padding_mask=src_blocked,
+            tgt_key_padding_mask=tgt_blocked,
+            memory_key_padding_mask=src_blocked,
+        )  # (B, T, D)
+        return self.generator(hidden)  # (B, T, V_tgt)

@@ -1,0 +1,370 @@
+"""Translate with a trained checkpoint, or measure its BLEU on Multi30k.
+
+Command line::
+
+    python -m transformer_lib.translate --checkpoint runs/multi30k/checkpoint.pt "Ein Mann fährt Fahrrad."
+    python -m transformer_lib.translate --checkpoint CKPT --beam 4 "Ein Hund rennt." "Zwei Kinder spielen."
+    python -m transformer_lib.translate --checkpoint CKPT --eval test --data-dir DIR   # or MULTI30K_DIR
+
+From Python (the chapters do this)::
+
+    translator = Translator.from_checkpoint("runs/multi30k/checkpoint.pt")
+    translator.translate(["Ein Mann fährt Fahrrad."], beam_size=4)
+
+This is the one module that joins the pieces: the model, the data pipeline (tokenizer, vocabularies),
+decoding and evaluation. Bad input (a missing or incompatible checkpoint, an empty sentence, a
+sentence longer than the model allows) raises :class:`TranslationError`; the command line prints
+its message and exits with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .data import Vocab, tokenizer
+from .decoding import beam_search, greedy_decode
+from .evaluation import BleuScore, bleu_scores, detokenize
+from .model import Transformer, TransformerConfig
+
+__all__ = [
+    "TranslationError",
+    "load_checkpoint",
+    "Translator",
+    "read_multi30k_split",
+    "evaluate_bleu",
+    "main",
+]
+
+# How a source sentence becomes the encoder's input, by the checkpoint's data["source_format"]:
+# (add <bos>, add <eos>). Training writes "tokens+eos" (fairseq's layout); it is the default for
+# checkpoints that do not say.
+SOURCE_FORMATS: dict[str, tuple[bool, bool]] = {
+    "tokens+eos": (False, True),
+    "bos+tokens+eos": (True, True),
+    "tokens": (False, False),
+}
+DEFAULT_SOURCE_FORMAT = "tokens+eos"
+# The decoder may write this many tokens more than the source has (t2t's decode_length default).
+EXTRA_OUTPUT_TOKENS = 50
+TOY_TASKS = ("copy", "reverse")
+
+
+class TranslationError(ValueError):
+    """Input the translator cannot use: the message says what is wrong and what the limit is."""
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint with ``torch.load(weights_only=True)`` (no code runs while loading).
+
+    TODO(training): replace with ``transformer_lib.training.load_checkpoint`` once it is on main;
+    this stand-in follows the same contract (a dict with ``format_version`` 1, ``model_config``,
+    ``model_state``, ``src_vocab``, ``tgt_vocab``, ``task``, ``data``, ``metrics``).
+
+    Raises:
+        TranslationError: no file at ``path``, or a file that is not such a checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        what = "a folder, not a checkpoint file" if path.is_dir() else "not found"
+        raise TranslationError(f"checkpoint {path} is {what}")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # torch raises many kinds of errors for a file that is not a checkpoint
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        raise TranslationError(
+            f"{path} is not a transformer_lib checkpoint: torch.load(weights_only=True) failed with "
+            f"{type(error).__name__}: {reason}"
+        ) from None
+    if not isinstance(checkpoint, dict) or "format_version" not in checkpoint:
+        raise TranslationError(f"{path} is not a transformer_lib checkpoint (no 'format_version' entry)")
+    if checkpoint["format_version"] != 1:
+        raise TranslationError(
+            f"{path} has checkpoint format_version {checkpoint['format_version']!r}; this version reads format 1"
+        )
+    required = ("model_config", "model_state", "src_vocab", "tgt_vocab", "task")
+    missing = [key for key in required if key not in checkpoint]
+    if missing:
+        raise TranslationError(f"{path} is an incompatible checkpoint: it lacks {missing}")
+    return checkpoint
+
+
+@dataclass
+class Translator:
+    """A trained model with everything needed to turn text into text.
+
+    Attributes:
+        model: the :class:`Transformer`, in eval mode.
+        src_vocab, tgt_vocab: the vocabularies it was trained with.
+        task: ``"multi30k"`` (text, tokenized with spaCy), or ``"copy"``/``"reverse"`` (symbols
+            separated by spaces, e.g. ``"3 1 4"``).
+        data: how text became ids in training (``src_lang``, ``tgt_lang``, ``lowercase``,
+            ``source_format``).
+    """
+
+    model: Transformer
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    task: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu") -> Translator:
+        """Rebuild the model from a checkpoint file; raises :class:`TranslationError` if it cannot."""
+        checkpoint = load_checkpoint(path, map_location=device)
+        try:
+            config = TransformerConfig.from_dict(dict(checkpoint["model_config"]))
+            src_vocab = Vocab.from_dict(checkpoint["src_vocab"])
+            tgt_vocab = Vocab.from_dict(checkpoint["tgt_vocab"])
+        except (TypeError, ValueError, KeyError) as error:
+            raise TranslationError(f"{path} is an incompatible checkpoint: {error}") from None
+        for side, vocab, size in (("src", src_vocab, config.src_vocab_size), ("tgt", tgt_vocab, config.tgt_vocab_size)):
+            if len(vocab) != size:
+                raise TranslationError(
+                    f"{path} is an incompatible checkpoint: its {side}_vocab has {len(vocab)} tokens but "
+                    f"model_config.{side}_vocab_size is {size}"
+                )
+        model = Transformer(config)
+        try:
+            model.load_state_dict(checkpoint["model_state"])
+        except RuntimeError as error:
+            reason = " ".join(str(error).split())[:300]
+            raise TranslationError(f"{path} is an incompatible checkpoint: the weights do not fit its model_config ({reason})") from None
+        data = dict(checkpoint.get("data") or {})
+        task = checkpoint["task"]
+        if task not in (*TOY_TASKS, "multi30k"):
+            raise TranslationError(f"{path} is an incompatible checkpoint: unknown task {task!r}")
+        if task == "multi30k":
+            for key in ("src_lang", "tgt_lang"):
+                if key not in data:
+                    raise TranslationError(f"{path} is an incompatible checkpoint: data[{key!r}] is missing")
+        source_format = data.get("source_format", DEFAULT_SOURCE_FORMAT)
+        if source_format not in SOURCE_FORMATS:
+            raise TranslationError(
+                f"{path} is an incompatible checkpoint: data['source_format']={source_format!r}, "
+                f"this version knows {sorted(SOURCE_FORMATS)}"
+            )
+        return cls(model.to(device).eval(), src_vocab, tgt_vocab, task, data)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def max_source_tokens(self) -> int:
+        """The longest input, in tokens with the specials the source format adds."""
+        return self.model.config.max_len
+
+    def tokenize(self, sentence: str) -> list[str]:
+        """Source text to tokens: spaCy for translation, whitespace-separated symbols for toy tasks."""
+        if self.task in TOY_TASKS:
+            return sentence.split()
+        text = sentence.lower() if self.data.get("lowercase", False) else sentence
+        return tokenizer(self.data["src_lang"])(text)
+
+    def source_ids(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Each sentence as encoder input ids (with the specials of the checkpoint's source format).
+
+        Raises:
+            TranslationError: a sentence is empty, or longer than the model's ``config.max_len``.
+        """
+        if isinstance(sentences, str):
+            raise TypeError("expected a list of sentences; wrap a single sentence in a list")
+        if len(sentences) == 0:
+            raise TranslationError("there is nothing to translate: no input sentence was given")
+        add_bos, add_eos = SOURCE_FORMATS[self.data.get("source_format", DEFAULT_SOURCE_FORMAT)]
+        rows = []
+        for i, sentence in enumerate(sentences, start=1):
+            tokens = self.tokenize(sentence)
+            if not tokens:
+                raise TranslationError(f"input sentence {i} is empty; give some text to translate")
+            ids = self.src_vocab.encode(tokens, add_bos=add_bos, add_eos=add_eos)
+            if len(ids) > self.max_source_tokens:
+                raise TranslationError(
+                    f"input sentence {i} is {len(ids)} tokens long (with its special tokens), more than this "
+                    f"model allows: config.max_len={self.max_source_tokens}; split it into shorter sentences"
+                )
+            rows.append(ids)
+        return rows
+
+    def encode(self, sentences: Sequence[str]) -> tuple[Tensor, Tensor]:
+        """Sentences to a padded source batch ``(B, S)`` and its padding mask ``(B, 1, 1, S)``."""
+        return self._pad(self.source_ids(sentences))
+
+    def _pad(self, rows: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
+        pad_id = self.src_vocab.pad_id
+        src = torch.full((len(rows), max(map(len, rows))), pad_id, dtype=torch.long)  # (B, S)
+        for i, ids in enumerate(rows):
+            src[i, : len(ids)] = torch.tensor(ids)
+        src = src.to(self.device)
+        return src, (src != pad_id)[:, None, None, :]  # (B, S), (B, 1, 1, S)
+
+    def output_tokens(self, ids: Sequence[int]) -> list[str]:
+        """Decoder output ids to target tokens (stops at ``<eos>``, drops padding)."""
+        return self.tgt_vocab.decode(ids)
+
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        if self.task in TOY_TASKS:
+            return " ".join(tokens)
+        return detokenize(tokens, self.data["tgt_lang"])
+
+    def translate_ids(self, src: Tensor, src_mask: Tensor, beam_size: int = 1) -> Tensor:
+        """Decode one encoded batch: greedy for ``beam_size=1``, else beam search. ``(B, T_out)``."""
+        max_len = min(self.model.config.max_len, src.size(1) + EXTRA_OUTPUT_TOKENS)
+        ids = dict(max_len=max_len, bos_id=self.tgt_vocab.bos_id, eos_id=self.tgt_vocab.eos_id, pad_id=self.tgt_vocab.pad_id)
+        if beam_size == 1:
+            return greedy_decode(self.model, src, src_mask, **ids)
+        return beam_search(self.model, src, src_mask, beam_size=beam_size, **ids).sequences
+
+    def translate(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64) -> list[str]:
+        """Translate sentences (in batches of similar length) and return detokenized text, in order."""
+        if isinstance(sentences, str):
+            raise TypeError("translate expects a list of sentences; wrap a single sentence in a list")
+        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+            raise TranslationError(f"beam size must be a positive integer, got {beam_size!r}")
+        rows = self.source_ids(sentences)  # checks every sentence before spending time on any
+        # Sorting by length puts similar lengths in a batch: less padding, fewer wasted steps.
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        out: list[str] = [""] * len(rows)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            src, src_mask = self._pad([rows[i] for i in chunk])
+            output = self.translate_ids(src, src_mask, beam_size).tolist()
+            for i, row in zip(chunk, output):
+                out[i] = self.detokenize(self.output_tokens(row))
+        return out
+
+
+# TODO(training): replace with transformer_lib.data.load_multi30k once it is on main.
+_MULTI30K_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
+
+
+def read_multi30k_split(split: str, data_dir: str | Path | None, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
+    """``(source, reference)`` pairs of a Multi30k split, read from the raw ``.gz`` files.
+
+    Args:
+        split: ``"val"`` or ``"test"`` (test_2016_flickr) or ``"train"``.
+        data_dir: the folder with the files; ``None`` reads the environment variable ``MULTI30K_DIR``.
+    """
+    if split not in _MULTI30K_FILES:
+        raise TranslationError(f"unknown Multi30k split {split!r}; choose one of {sorted(_MULTI30K_FILES)}")
+    folder = data_dir if data_dir is not None else os.environ.get("MULTI30K_DIR")
+    if not folder:
+        raise TranslationError("no Multi30k data: pass --data-dir DIR or set MULTI30K_DIR to the folder with the .gz files")
+    paths = [Path(folder) / f"{_MULTI30K_FILES[split]}.{lang}.gz" for lang in (src_lang, tgt_lang)]
+    for path in paths:
+        if not path.is_file():
+            raise TranslationError(f"Multi30k file {path} not found; --data-dir/MULTI30K_DIR must hold the raw .gz files")
+    sources, references = ([line.rstrip("\r\n") for line in gzip.open(p, "rt", encoding="utf-8")] for p in paths)
+    if len(sources) != len(references):
+        raise TranslationError(f"{paths[0]} has {len(sources)} lines but {paths[1]} has {len(references)}")
+    return list(zip(sources, references))
+
+
+def evaluate_bleu(
+    translator: Translator,
+    pairs: Sequence[tuple[str, str]],
+    beam_sizes: Sequence[int] = (1, 4),
+    batch_size: int = 64,
+) -> dict[str, dict[str, Any]]:
+    """Translate the sources with each beam size and score against the raw references.
+
+    Returns:
+        ``{"greedy" | "beam N": {"bleu": BleuScore, "bleu_lowercased": BleuScore, "seconds": float,
+        "translations": list[str]}}``.
+    """
+    sources = [source for source, _ in pairs]
+    references = [reference for _, reference in pairs]
+    results: dict[str, dict[str, Any]] = {}
+    for beam_size in beam_sizes:
+        start = time.perf_counter()
+        hypotheses = translator.translate(sources, beam_size=beam_size, batch_size=batch_size)
+        seconds = time.perf_counter() - start
+        scores = bleu_scores(hypotheses, references)
+        name = "greedy" if beam_size == 1 else f"beam {beam_size}"
+        results[name] = {
+            "bleu": scores["cased"],
+            "bleu_lowercased": scores["lowercased"],
+            "seconds": seconds,
+            "translations": hypotheses,
+        }
+    return results
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer_lib.translate",
+        description="Translate sentences with a trained checkpoint, or report its BLEU on Multi30k.",
+    )
+    parser.add_argument("sentences", nargs="*", help="sentences to translate, one argument each")
+    parser.add_argument("--checkpoint", required=True, help="a checkpoint written by python -m transformer_lib.train")
+    parser.add_argument("--beam", type=int, default=None, metavar="N",
+                        help="beam size (default: 1, greedy, when translating; 4 next to greedy with --eval)")
+    parser.add_argument("--eval", choices=["val", "test"], help="report BLEU on this Multi30k split (greedy and beam)")
+    parser.add_argument("--data-dir", default=None, help="folder with the Multi30k .gz files (default: $MULTI30K_DIR)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="with --eval: only the first N sentences")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> None:
+    if args.beam is not None and args.beam < 1:
+        raise TranslationError(f"--beam must be a positive integer, got {args.beam}")
+    if args.batch_size < 1:
+        raise TranslationError(f"--batch-size must be a positive integer, got {args.batch_size}")
+    if args.eval is None and not args.sentences:
+        raise TranslationError('give a sentence to translate, e.g. "Ein Mann fährt Fahrrad.", or --eval val|test')
+    if args.eval is not None and args.sentences:
+        raise TranslationError("give either sentences to translate or --eval, not both")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    translator = Translator.from_checkpoint(args.checkpoint, device=device)
+
+    if args.eval is None:
+        for line in translator.translate(args.sentences, beam_size=args.beam or 1, batch_size=args.batch_size):
+            print(line)
+        return
+
+    if translator.task != "multi30k":
+        raise TranslationError(f"--eval needs a Multi30k checkpoint; {args.checkpoint} was trained on the {translator.task!r} task")
+    src_lang, tgt_lang = translator.data["src_lang"], translator.data["tgt_lang"]
+    pairs = read_multi30k_split(args.eval, args.data_dir, src_lang, tgt_lang)
+    if args.limit is not None:
+        if args.limit < 1:
+            raise TranslationError(f"--limit must be a positive integer, got {args.limit}")
+        pairs = pairs[: args.limit]
+    beam = args.beam or 4
+    results = evaluate_bleu(translator, pairs, beam_sizes=(1, beam) if beam > 1 else (1,), batch_size=args.batch_size)
+    print(f"Multi30k {args.eval}: {len(pairs)} sentences, {src_lang}->{tgt_lang}, {args.checkpoint} on {device}")
+    for name, result in results.items():
+        cased: BleuScore = result["bleu"]
+        lower: BleuScore = result["bleu_lowercased"]
+        print(f"{name:>8}: BLEU {cased.score:5.2f}   lowercased {lower.score:5.2f}   ({result['seconds']:.1f} s)")
+    first = next(iter(results.values()))
+    print(f"BLEU signature: {first['bleu'].signature}")
+    print(f"lowercased BLEU ({first['bleu_lowercased'].signature}) is for comparison with older Multi30k papers only")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status (0 ok, 2 bad input)."""
+    args = _parser().parse_args(argv)
+    try:
+        _run(args)
+    except TranslationError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
