@@ -66,7 +66,7 @@ __all__ = [
     "toy_task",
     "SOURCE_FORMAT",
     "Batch",
-    "pad_batch",
+    "pad_sequences",
     "collate",
     "BucketBatchSampler",
     "padding_waste",
@@ -702,7 +702,7 @@ class Batch:
         return self.src.size(0)
 
 
-def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int = 0) -> Tensor:
+def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = 0) -> Tensor:
     """Right-pad id lists to a ``(B, L_max)`` long tensor."""
     if len(sequences) == 0:
         raise ValueError("cannot pad an empty list of sequences")
@@ -729,9 +729,9 @@ def collate(
         >>> batch.src.tolist(), batch.tgt_in.tolist(), batch.tgt_out.tolist()
         ([[7, 8, 3], [7, 3, 0]], [[2, 9, 10, 11], [2, 9, 0, 0]], [[9, 10, 11, 3], [9, 3, 0, 0]])
     """
-    src = pad_batch([[*s, eos_id] for s, _ in examples], pad_id)  # (B, S)
-    tgt_in = pad_batch([[bos_id, *t] for _, t in examples], pad_id)  # (B, T)
-    tgt_out = pad_batch([[*t, eos_id] for _, t in examples], pad_id)  # (B, T)
+    src = pad_sequences([[*s, eos_id] for s, _ in examples], pad_id)  # (B, S)
+    tgt_in = pad_sequences([[bos_id, *t] for _, t in examples], pad_id)  # (B, T)
+    tgt_out = pad_sequences([[*t, eos_id] for _, t in examples], pad_id)  # (B, T)
     n_tokens = sum(len(t) + 1 for _, t in examples)
     return Batch(src, tgt_in, tgt_out, n_tokens)
 
