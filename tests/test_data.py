@@ -9,7 +9,6 @@ missing dataset is a failure.
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
 import urllib.error
 from pathlib import Path
@@ -51,17 +50,6 @@ def no_multi30k_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.delenv(data.MULTI30K_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return tmp_path / "cache" / "transformer_lib" / "multi30k"
-
-
-@pytest.fixture
-def real_multi30k() -> Path:
-    folder = os.environ.get(data.MULTI30K_ENV)
-    if folder and all((Path(folder) / name).is_file() for name in MULTI30K_SHA256):
-        return Path(folder)
-    message = f"the Multi30k files are not in {data.MULTI30K_ENV}={folder!r}"
-    if os.environ.get("REQUIRE_MULTI30K") == "1":
-        pytest.fail(message + " and REQUIRE_MULTI30K=1")
-    pytest.skip(message)
 
 
 # --- tokenizer and Vocab -------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,24 +11,13 @@ import pytest
 import torch
 
 from transformer_lib import train
-from transformer_lib.data import MULTI30K_ENV, MULTI30K_SHA256, Vocab, prepare_multi30k
+from transformer_lib.data import Vocab, prepare_multi30k
 from transformer_lib.training import Trainer, load_checkpoint
 
 FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"
 FIXTURE_SHA256 = {line.split()[1]: line.split()[0] for line in (FIXTURE / "SHA256SUMS").read_text().splitlines()}
 # A small reverse task that the tiny preset solves in a few hundred CPU steps.
 SMALL_REVERSE = ["--task", "reverse", "--n-train", "4000", "--n-heldout", "300", "--max-len", "6", "--max-steps", "600", "--no-progress"]
-
-
-@pytest.fixture
-def real_multi30k() -> Path:
-    folder = os.environ.get(MULTI30K_ENV)
-    if folder and all((Path(folder) / name).is_file() for name in MULTI30K_SHA256):
-        return Path(folder)
-    message = f"the Multi30k files are not in {MULTI30K_ENV}={folder!r}"
-    if os.environ.get("REQUIRE_MULTI30K") == "1":
-        pytest.fail(message + " and REQUIRE_MULTI30K=1")
-    pytest.skip(message)
 
 
 def test_cli_trains_reverse_to_100_percent_on_held_out_sequences(tmp_path: Path) -> None:

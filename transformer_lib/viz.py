@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import textwrap
-from collections.abc import Sequence
+import uuid
+from base64 import b64encode
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from html import escape
 from typing import TYPE_CHECKING, Any
 
+import altair as alt
+import numpy as np
+import pandas as pd
+from altair.utils.mimebundle import spec_to_mimebundle
+
 if TYPE_CHECKING:
-    import altair as alt
     from matplotlib.axes import Axes
 
 # --- 0. Showing library source in a chapter -----------------------------------------------------
@@ -50,14 +59,6 @@ def show_source(obj: Any) -> Any:
 #   - the Vega-Lite JSON under the Vega-Lite mimetype, for front ends that draw that natively.
 # The interactive chart follows the website's light/dark switch (and JupyterLab's dark theme).
 
-import json  # noqa: E402  (section-local imports keep this section self-contained)
-import re  # noqa: E402
-import uuid  # noqa: E402
-from base64 import b64encode  # noqa: E402
-from html import escape  # noqa: E402
-
-import altair as alt  # noqa: E402
-from altair.utils.mimebundle import spec_to_mimebundle  # noqa: E402
 
 CHART_RENDERER = "tested_transformer"
 """Name of the altair renderer this module registers and enables on import."""
@@ -230,7 +231,6 @@ alt.renderers.enable(CHART_RENDERER)
 
 def _to_numpy(x: Any) -> Any:
     """A tensor (any device, with or without grad) or array-like as a NumPy array."""
-    import numpy as np
 
     if hasattr(x, "detach"):
         x = x.detach().cpu()
@@ -251,7 +251,6 @@ def _token_axis(tokens: list[str], title: str, **kwargs: Any) -> Any:
     Positions, not tokens, are the field: a sentence may hold the same word twice ("the"), and a
     nominal token field would merge their rows.
     """
-    import altair as alt
 
     return alt.Axis(title=title, labelExpr=f"{json.dumps(tokens)}[datum.value]", **kwargs)
 
@@ -292,8 +291,6 @@ def attention_heatmap(
         and head (parameters ``layer`` and ``head``, present when there is a choice) and expand
         the grid into cells with fields ``query_pos``, ``key_pos``, ``query``, ``key``, ``weight``.
     """
-    import altair as alt
-    import numpy as np
 
     if isinstance(weights, (list, tuple)):
         weights = np.stack([_to_numpy(w) for w in weights])
@@ -393,7 +390,6 @@ def mask_heatmap(
         The matplotlib ``Axes`` (a new figure's when ``ax`` is ``None``).
     """
     import matplotlib.pyplot as plt
-    import numpy as np
 
     m = _to_numpy(mask)
     if m.dtype != np.bool_:
@@ -547,10 +543,6 @@ def architecture_diagram(highlight: Sequence[str] = (), ax: Axes | None = None) 
 # carry tooltips and a legend that highlights one series on click; matplotlib functions draw into
 # the ``ax`` given (or a new figure) and return it.
 
-from collections.abc import Mapping, Sequence  # noqa: E402  (section-local imports)
-
-import numpy as np  # noqa: E402
-
 
 def _as_array(values: Any) -> np.ndarray:
     """A float numpy array from a tensor (detached, on the CPU), an array or nested sequences."""
@@ -586,8 +578,6 @@ def positional_heatmap(
     Returns:
         An ``alt.Chart``.
     """
-    import altair as alt
-    import pandas as pd
 
     matrix = _as_array(values)
     if matrix.ndim != 2:
@@ -648,8 +638,6 @@ def _lines(
     title: str | None, log_y: bool, points: bool, width: int, height: int,
 ) -> Any:
     """Line chart(s): ``panels`` maps a panel title ("" for a single chart) to name -> values."""
-    import altair as alt
-    import pandas as pd
 
     frames, names = [], []
     for panel, series in panels.items():
@@ -825,12 +813,10 @@ def position_change_bars(
     return ax
 
 
-
 # --- 4. Training figures (chapter 5) -------------------------------------------------------------
 
 
 def _history_frames(history: dict[str, list[dict[str, float]]]) -> tuple[Any, Any]:
-    import pandas as pd
 
     train = pd.DataFrame(history.get("train", []), columns=["step", "epoch", "loss", "lr", "tokens_per_s"])
     val = pd.DataFrame(history.get("val", []), columns=["step", "epoch", "loss", "ppl", "token_accuracy", "exact_match"])
@@ -869,8 +855,6 @@ def plot_training_curves(history: dict[str, list[dict[str, float]]], ax: Any = N
 
 def training_curves_chart(history: dict[str, list[dict[str, float]]], title: str = "Loss during training") -> Any:
     """The same curves as :func:`plot_training_curves`, as an altair chart with hover tooltips."""
-    import altair as alt
-    import pandas as pd
 
     train, val = _history_frames(history)
     rows = [
@@ -903,7 +887,6 @@ def lr_schedule_chart(frame: Any, title: str = "Learning rate over training") ->
         An ``altair.Chart``: a line per schedule for the slider-chosen warm-up and ``d_model``, with
         a rule at the warm-up step and tooltips.
     """
-    import altair as alt
 
     frame = frame.copy()
     if "schedule" not in frame:
@@ -940,7 +923,6 @@ def label_smoothing_chart(frame: Any, title: str = "The target distribution for 
         frame: a ``pandas.DataFrame`` with columns ``token``, ``probability`` and ``epsilon``
             (one row per token and epsilon), e.g. from ``training.smoothed_target_distribution``.
     """
-    import altair as alt
 
     epsilons = sorted(frame["epsilon"].unique().tolist())
     epsilon = alt.param(name="epsilon", value=epsilons[len(epsilons) // 2],
@@ -968,10 +950,7 @@ def length_histogram_chart(
     Args:
         lengths: name (e.g. ``"German (source)"``) -> lengths in tokens.
     """
-    import altair as alt
-    import pandas as pd
 
-    from collections import Counter
 
     rows = [{"language": name, "length": length, "sentences": count}
             for name, values in lengths.items() for length, count in sorted(Counter(values).items())]
@@ -996,7 +975,6 @@ def padding_waste_chart(frame: Any, title: str = "Padding per sentence, batch by
         frame: a ``pandas.DataFrame`` with columns ``batching``, ``side`` (e.g. "source"/"target")
             and ``pads per sentence``.
     """
-    import altair as alt
 
     return (
         alt.Chart(frame, title=title)
