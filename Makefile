@@ -27,8 +27,10 @@ $(STAMP): requirements.txt pyproject.toml
 
 # -W: warnings are errors; -n: nit-picky (every reference must resolve); --keep-going: report all.
 # A chapter that raises fails the build (nb_execution_raise_on_error in _config.yml).
+# One BLAS thread per process: the chapters' models are small, and on a busy 2-core machine extra
+# threads slow them down several times over (OMP_NUM_THREADS can still be set by the caller).
 book: $(STAMP)
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/jupyter-book build . -W -n --keep-going
 
 # Two cores: the site build (it executes every chapter) runs beside the library tests and nbmake
 # (one BLAS thread each); the browser test starts once the site is built. -k: a failure does not

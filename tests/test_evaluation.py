@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -69,18 +68,12 @@ def test_detokenize_inverts_the_spacy_tokenizer(lang: str, sentence: str) -> Non
     assert detokenize(tokens, lang) == sentence
 
 
-def multi30k_dir() -> Path | None:
-    folder = os.environ.get("MULTI30K_DIR")
-    return Path(folder) if folder and (Path(folder) / "test_2016_flickr.en.gz").exists() else None
-
-
 @pytest.mark.multi30k
-@pytest.mark.skipif(multi30k_dir() is None, reason="set MULTI30K_DIR to the folder with the Multi30k .gz files")
 @pytest.mark.parametrize("lang", ["en", "de"])
-def test_detokenize_round_trips_the_multi30k_test_set(lang: str) -> None:
+def test_detokenize_round_trips_the_multi30k_test_set(lang: str, real_multi30k: Path) -> None:
     """detokenize(tokenize(s)) gives back s for at least 99% of the test sentences (the few that
     do not have stray spaces or quotes in the raw text)."""
-    path = multi30k_dir() / f"test_2016_flickr.{lang}.gz"  # type: ignore[operator]
+    path = real_multi30k / f"test_2016_flickr.{lang}.gz"
     sentences = gzip.open(path, "rt", encoding="utf-8").read().splitlines()
     tokenize = tokenizer(lang)
     same = sum(detokenize(tokenize(s), lang) == s.strip() for s in sentences)

@@ -1,0 +1,285 @@
+"""Training speed of our Transformer beside ``torch.nn.Transformer``, measured side by side in one run.
+
+1. **Reverse task, time to 100%**: wall time until every one of 1,000 held-out sequences is
+   reversed exactly (teacher-forced exact match, which equals greedy-decoding exact match), for our
+   model and for ``nn.Transformer`` of the same size, with the same embeddings, positional
+   encodings and tied output layer around it, the same data, initialisation scheme, optimizer,
+   schedule, loss and evaluation (the same :class:`~transformer_lib.training.Trainer` updates).
+   Only the encoder-decoder stack differs. The settings are the CLI's (``python -m
+   transformer_lib.train --task reverse``). The two runs are interleaved update by update, each
+   on its own clock, so that load on a shared machine hits both alike. Target: ours at least as
+   fast, and under a minute on a 2-core CPU.
+2. **Training-step throughput** at the ``multi30k`` preset size (d_model 256, 3+3 layers, 8 heads):
+   target tokens per second of one full update (forward, loss, backward, clipping, AdamW) on the
+   same batches, alternating the two models step by step so that load changes hit both alike.
+   Real Multi30k batches when ``MULTI30K_DIR`` is set, else random ids with Multi30k's lengths.
+   Target: ratio (ours / nn.Transformer) >= 1.0.
+
+Usage:
+    python benchmarks/bench_training.py                       # both, CPU, 1 thread
+    python benchmarks/bench_training.py --threads 2 --json results.json
+    python benchmarks/bench_training.py --only throughput --device cuda
+    python benchmarks/bench_training.py --quick               # a short smoke run
+
+Timings on a shared machine are noisy; the ratios, measured within one run, are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+warnings.filterwarnings("ignore", message="enable_nested_tensor is True")  # nn.Transformer with norm_first
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from transformer_lib.data import Batch, collate, make_loader, toy_task, toy_vocab  # noqa: E402
+from transformer_lib.embeddings import SinusoidalPositionalEncoding, TokenEmbedding  # noqa: E402
+from transformer_lib.masking import padding_mask, to_torch_blocked  # noqa: E402
+from transformer_lib.model import Transformer, TransformerConfig, count_parameters, init_parameters  # noqa: E402
+from transformer_lib.train import DEFAULTS  # noqa: E402
+from transformer_lib.training import Trainer, TrainConfig, evaluate  # noqa: E402
+
+# Multi30k with spaCy tokens and min_freq=2: 8,014 German and 6,191 English tokens (specials included).
+SRC_VOCAB, TGT_VOCAB = 8014, 6191
+
+
+class TorchTransformer(nn.Module):
+    """``torch.nn.Transformer`` inside the same embeddings, positions and tied output layer as ours.
+
+    It offers our model's training interface (``make_masks`` and ``forward(src, tgt_in, src_mask,
+    tgt_mask)``), so the same :class:`Trainer` trains both. Masks are converted to PyTorch's
+    polarity (``True`` = blocked) with :func:`transformer_lib.masking.to_torch_blocked`.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        if config.attn_dropout != config.dropout:
+            raise ValueError(
+                f"nn.Transformer uses one dropout for attention and residuals; got attn_dropout={config.attn_dropout} "
+                f"!= dropout={config.dropout}"
+            )
+        self.config = c = config
+        self.src_embed = TokenEmbedding(c.src_vocab_size, c.d_model)
+        self.tgt_embed = TokenEmbedding(c.tgt_vocab_size, c.d_model)
+        self.src_positions = SinusoidalPositionalEncoding(c.d_model, c.max_len)
+        self.tgt_positions = SinusoidalPositionalEncoding(c.d_model, c.max_len)
+        self.embed_dropout = nn.Dropout(c.dropout)
+        self.transformer = nn.Transformer(
+            d_model=c.d_model, nhead=c.n_heads, num_encoder_layers=c.n_encoder_layers,
+            num_decoder_layers=c.n_decoder_layers, dim_feedforward=c.d_ff, dropout=c.dropout,
+            activation=c.activation, layer_norm_eps=c.layer_norm_eps, batch_first=True, norm_first=c.norm_first,
+        )
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        init_parameters(self)  # the same scheme as ours (nn.Transformer's packed in_proj stays Xavier)
+        if c.tie_output:
+            self.generator.weight = self.tgt_embed.weight
+
+    def make_masks(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
+        """Key padding masks ``(B, S)``, ``(B, T)`` in PyTorch's polarity."""
+        pad = self.config.pad_id
+        return to_torch_blocked(padding_mask(src, pad))[:, 0, 0, :], to_torch_blocked(padding_mask(tgt, pad))[:, 0, 0, :]
+
+    def forward(self, src: Tensor, tgt: Tensor, src_key_padding: Tensor, tgt_key_padding: Tensor) -> Tensor:
+        T = tgt.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt.device).triu(1)  # True = blocked (the future)
+        h = self.transformer(
+            self.embed_dropout(self.src_positions(self.src_embed(src))),
+            self.embed_dropout(self.tgt_positions(self.tgt_embed(tgt))),
+            tgt_mask=causal, src_key_padding_mask=src_key_padding, tgt_key_padding_mask=tgt_key_padding,
+            memory_key_padding_mask=src_key_padding, tgt_is_causal=True,
+        )  # (B, T, D)
+        return self.generator(h)  # (B, T, V)
+
+
+MODELS = {"ours": Transformer, "nn.Transformer": TorchTransformer}
+
+
+def _batch_stream(loader: torch.utils.data.DataLoader) -> Iterator[Batch]:
+    """The loader's batches epoch after epoch, as ``Trainer.fit`` draws them."""
+    epoch = 0
+    while True:
+        loader.batch_sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def reverse_to_100(quick: bool, device: torch.device) -> list[dict[str, Any]]:
+    """Benchmark 1: each model trained on the reverse task until 100% held-out exact match.
+
+    The two runs are interleaved, one update of each in turn (who goes first alternates), and each
+    run's clock counts only its own updates and evaluations: a load change on the machine hits
+    both alike. Each run does what ``Trainer.fit`` does with the CLI's settings: the same batches,
+    an evaluation on the held-out set every ``eval_every`` updates, a stop at 100%.
+    """
+    s = dict(DEFAULTS["toy"]["fast"])
+    if quick:
+        s.update(max_steps=60)
+    train, heldout = toy_task("reverse", s["n_train"], s["n_heldout"], n_symbols=s["n_symbols"],
+                              min_len=s["min_len"], max_len=s["max_len"], seed=0)
+    vocab = toy_vocab(s["n_symbols"])
+    heldout_loader = make_loader(heldout, 1000, shuffle=False)
+    runs: dict[str, dict[str, Any]] = {}
+    for name, cls in MODELS.items():
+        torch.manual_seed(0)
+        config = TransformerConfig.from_preset(s["preset"], src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), dropout=s["dropout"])
+        model = cls(config)
+        loader = make_loader(train, s["batch_size"], seed=0)
+        trainer = Trainer(
+            model, loader,
+            TrainConfig(epochs=s["epochs"], max_steps=s["max_steps"], schedule=s["schedule"], lr=s["lr"],
+                        warmup_steps=s["warmup"], label_smoothing=s["label_smoothing"], clip_norm=s["clip_norm"],
+                        progress=False),
+            device=device,
+        )
+        runs[name] = {"trainer": trainer, "batches": _batch_stream(loader), "clock": 0.0, "done": False, "exact_match": 0.0}
+    order = list(runs)
+    while not all(run["done"] for run in runs.values()):
+        for name in order:
+            run = runs[name]
+            if run["done"]:
+                continue
+            trainer = run["trainer"]
+            start = time.perf_counter()
+            trainer.train_step(next(run["batches"]))
+            if trainer.step % s["eval_every"] == 0 or trainer.step == trainer.total_steps:
+                run["exact_match"] = evaluate(trainer.model, heldout_loader, device=device)["exact_match"]
+                run["done"] = run["exact_match"] == 1.0 or trainer.step >= trainer.total_steps
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            run["clock"] += time.perf_counter() - start
+        order.reverse()
+    results = []
+    for name, run in runs.items():
+        trainer, wall = run["trainer"], run["clock"]
+        results.append({
+            "model": name, "parameters": count_parameters(trainer.model), "steps": trainer.step, "wall_s": wall,
+            "ms_per_step": 1000 * wall / max(trainer.step, 1), "heldout_exact_match": run["exact_match"],
+            "reached_100": run["exact_match"] == 1.0,
+        })
+        print(f"  {name:<15} {trainer.step:>5} steps  {wall:6.1f} s  exact match {run['exact_match']:.1%}", flush=True)
+    return results
+
+
+def _batches(n: int, batch_size: int, seed: int = 0) -> tuple[list[Batch], int, int, str]:
+    """Multi30k training batches (length-bucketed) if the data is there, else random ids with its lengths."""
+    folder = os.environ.get("MULTI30K_DIR")
+    if folder and Path(folder, "train.de.gz").is_file():
+        from transformer_lib.data import prepare_multi30k
+
+        prepared = prepare_multi30k(folder, splits=("train",))  # the full vocabularies: 8,014 / 6,191
+        loader = make_loader(prepared.splits["train"], batch_size, seed=seed)
+        src_v, tgt_v = len(prepared.src_vocab), len(prepared.tgt_vocab)
+        batches, source = list(loader)[:n], "Multi30k training batches (bucketed)"
+    else:
+        g = torch.Generator().manual_seed(seed)
+        pairs = []
+        for _ in range(n * batch_size):  # Multi30k-like lengths: mean ~12-13 tokens, 5..30
+            s_len, t_len = (int(x) for x in torch.randint(5, 21, (2,), generator=g))
+            pairs.append((torch.randint(4, SRC_VOCAB, (s_len,), generator=g).tolist(),
+                          torch.randint(4, TGT_VOCAB, (t_len,), generator=g).tolist()))
+        batches = [collate(pairs[i : i + batch_size]) for i in range(0, len(pairs), batch_size)]
+        src_v, tgt_v, source = SRC_VOCAB, TGT_VOCAB, "random ids with Multi30k-like lengths (MULTI30K_DIR not set)"
+    return batches, src_v, tgt_v, source
+
+
+def throughput(quick: bool, device: torch.device, batch_size: int) -> dict[str, Any]:
+    """Benchmark 2: target tokens/s of full training steps at the multi30k preset size."""
+    n_batches = 4 if quick else 12
+    batches, src_v, tgt_v, source = _batches(n_batches, batch_size)
+    trainers = {}
+    for name, cls in MODELS.items():
+        torch.manual_seed(0)
+        config = TransformerConfig.from_preset("multi30k", src_vocab_size=src_v, tgt_vocab_size=tgt_v)
+        trainers[name] = Trainer(cls(config), batches, TrainConfig(epochs=1000, warmup_steps=100, progress=False), device=device)
+    for trainer in trainers.values():  # warm-up: allocator, kernels
+        for batch in batches[:2]:
+            trainer.train_step(batch)
+    times: dict[str, list[float]] = {name: [] for name in trainers}
+    rounds = 1 if quick else 3
+    for _ in range(rounds):
+        for batch in batches:
+            for name, trainer in trainers.items():  # alternate: ours, theirs, ours, theirs, ...
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                start = time.perf_counter()
+                trainer.train_step(batch)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                times[name].append(time.perf_counter() - start)
+    tokens = sum(b.n_tokens for b in batches) * rounds
+    result: dict[str, Any] = {"batch_size": batch_size, "batches": n_batches * rounds, "data": source, "models": {}}
+    for name, t in times.items():
+        result["models"][name] = {
+            "parameters": count_parameters(trainers[name].model),
+            "tokens_per_s": tokens / sum(t),
+            "median_step_ms": 1000 * statistics.median(t),
+        }
+    result["ratio_ours_over_torch"] = result["models"]["ours"]["tokens_per_s"] / result["models"]["nn.Transformer"]["tokens_per_s"]
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=("reverse", "throughput"), default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch for the throughput benchmark")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (numbers meaningless)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    results: dict[str, Any] = {
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+                    "threads": torch.get_num_threads(), "device": str(device),
+                    "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None},
+        "quick": args.quick,
+    }
+    if args.only in (None, "reverse"):
+        print("1. reverse task: train until 100% exact match on 1,000 held-out sequences", flush=True)
+        rows = reverse_to_100(args.quick, device)
+        ours, theirs = rows
+        results["reverse"] = {"runs": rows, "speedup_ours_over_torch": theirs["wall_s"] / ours["wall_s"]}
+    if args.only in (None, "throughput"):
+        print(f"2. training-step throughput, multi30k preset, batch {args.batch_size}", flush=True)
+        results["throughput"] = throughput(args.quick, device, args.batch_size)
+    results["machine"]["load_average_after"] = os.getloadavg() if hasattr(os, "getloadavg") else None
+
+    print()
+    if "reverse" in results:
+        print("| reverse task to 100% held-out | parameters | steps | wall time (s) | ms/step | exact match |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in results["reverse"]["runs"]:
+            print(f"| {r['model']} | {r['parameters']:,} | {r['steps']} | {r['wall_s']:.1f} | {r['ms_per_step']:.1f} | {r['heldout_exact_match']:.1%} |")
+        print(f"\nspeed-up, ours over nn.Transformer (wall time ratio): {results['reverse']['speedup_ours_over_torch']:.2f}x\n")
+    if "throughput" in results:
+        t = results["throughput"]
+        print(f"| training step, multi30k preset, batch {t['batch_size']} | parameters | target tokens/s | median step (ms) |")
+        print("|---|---:|---:|---:|")
+        for name, r in t["models"].items():
+            print(f"| {name} | {r['parameters']:,} | {r['tokens_per_s']:,.0f} | {r['median_step_ms']:.1f} |")
+        print(f"\nthroughput ratio, ours / nn.Transformer: {t['ratio_ours_over_torch']:.2f} ({t['data']})")
+    print(f"\nmachine: {results['machine']['cpu_count']} CPUs, {results['machine']['threads']} torch threads, "
+          f"load average {results['machine']['load_average']} -> {results['machine']['load_average_after']}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

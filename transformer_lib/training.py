@@ -1,0 +1,856 @@
+"""Training: the label-smoothed loss, learning-rate schedules, the training loop and checkpoints.
+
+The loop is model-agnostic: it trains any module with ``make_masks(src, tgt_in)`` and
+``forward(src, tgt_in, src_mask, tgt_mask) -> logits (B, T, V)``, fed with
+:class:`transformer_lib.data.Batch` es (teacher forcing: ``tgt_in`` is the target shifted right).
+
+Shapes:
+
+    B  batch size    T  target length    V  target vocabulary size    N  number of positions (B * T)
+
+Checkpoints are plain dicts of Python values and tensors, written atomically and read with
+``torch.load(weights_only=True)``; :data:`CHECKPOINT_KEYS` lists what every checkpoint holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "label_smoothed_cross_entropy",
+    "smoothed_target_distribution",
+    "noam_rate",
+    "warmup_cosine_rate",
+    "NoamSchedule",
+    "WarmupCosineSchedule",
+    "ConstantSchedule",
+    "make_optimizer",
+    "make_scheduler",
+    "token_accuracy",
+    "exact_match",
+    "autocast_context",
+    "TrainConfig",
+    "Trainer",
+    "evaluate",
+    "CHECKPOINT_FORMAT_VERSION",
+    "CHECKPOINT_KEYS",
+    "CheckpointError",
+    "save_checkpoint",
+    "load_checkpoint",
+]
+
+
+# --- 1. The loss -------------------------------------------------------------------------------
+
+
+def label_smoothed_cross_entropy(
+    logits: Tensor,
+    target: Tensor,
+    label_smoothing: float = 0.0,
+    ignore_index: int = 0,
+    reduction: str = "mean",
+) -> Tensor:
+    r"""Cross-entropy against a smoothed target, skipping padding positions.
+
+    With smoothing :math:`\varepsilon` the target distribution puts :math:`1-\varepsilon` on the
+    correct token and spreads :math:`\varepsilon` uniformly over all ``V`` tokens (paper section
+    5.4, :math:`\varepsilon = 0.1`), so per position
+
+    .. math:: \ell = (1-\varepsilon)\,(-\log p_y) + \varepsilon \cdot \tfrac{1}{V}\textstyle\sum_v (-\log p_v).
+
+    This is exactly ``F.cross_entropy(logits, target, label_smoothing=eps, ignore_index=pad)``,
+    written out so the chapter can show it. One difference, on purpose: a batch with no
+    non-padding target gives ``0``, not ``nan`` (``0 / 0``), so one empty batch cannot poison training.
+
+    The computation runs in at least float32 (bf16 logits under autocast would otherwise lose the
+    loss's small differences).
+
+    Args:
+        logits: ``(B, T, V)`` or ``(N, V)`` unnormalised scores.
+        target: ``(B, T)`` or ``(N,)`` token ids in ``[0, V)``.
+        label_smoothing: :math:`\varepsilon` in ``[0, 1]``.
+        ignore_index: target id that contributes nothing (the padding id).
+        reduction: ``"mean"`` (over non-ignored positions), ``"sum"``, or ``"none"`` (same shape as
+            ``target``, zeros at ignored positions).
+
+    Example:
+        >>> logits, target = torch.randn(2, 3, 7), torch.tensor([[4, 5, 0], [6, 0, 0]])
+        >>> ours = label_smoothed_cross_entropy(logits, target, 0.1, ignore_index=0)
+        >>> ref = F.cross_entropy(logits.view(-1, 7), target.view(-1), label_smoothing=0.1, ignore_index=0)
+        >>> torch.allclose(ours, ref)
+        True
+    """
+    if not isinstance(logits, Tensor) or not isinstance(target, Tensor):
+        raise TypeError(f"logits and target must be tensors, got {type(logits).__name__} and {type(target).__name__}")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
+    if target.is_floating_point() or target.dtype == torch.bool:
+        raise TypeError(f"target must hold integer token ids (torch.long), got dtype {target.dtype}")
+    if logits.dim() != target.dim() + 1 or logits.shape[:-1] != target.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} must be target {tuple(target.shape)} plus a vocabulary dimension, "
+            "e.g. logits (B, T, V) with target (B, T)"
+        )
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    vocab_size = logits.size(-1)
+    keep = target != ignore_index  # (B, T)
+    if target.device.type == "cpu" and bool(keep.any()):  # on a GPU this check would stall every step
+        low, high = int(target[keep].min()), int(target[keep].max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"target id {bad} is outside the vocabulary [0, {vocab_size - 1}] (V={vocab_size})")
+    # at least float32 (bf16/fp16 logits from autocast are upcast; float64 stays float64)
+    log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # (B, T, V)
+    safe_target = target.masked_fill(~keep, 0)  # any valid id; these positions are zeroed below
+    nll = -log_probs.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    loss = nll
+    if label_smoothing > 0.0:
+        uniform = -log_probs.mean(dim=-1)  # (B, T): cross-entropy against the uniform distribution
+        loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform  # (B, T)
+    loss = loss.masked_fill(~keep, 0.0)
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    return total / keep.sum().clamp_min(1)
+
+
+def smoothed_target_distribution(target: Tensor, vocab_size: int, label_smoothing: float) -> Tensor:
+    """The distribution :func:`label_smoothed_cross_entropy` compares against, one row per target.
+
+    Args:
+        target: ``(N,)`` token ids.
+        vocab_size: ``V``.
+        label_smoothing: :math:`\\varepsilon`.
+
+    Returns:
+        ``(N, V)`` rows summing to 1: :math:`1 - \\varepsilon + \\varepsilon / V` on the target id and
+        :math:`\\varepsilon / V` everywhere else.
+    """
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if target.dim() != 1:
+        raise ValueError(f"target must be (N,), got {tuple(target.shape)}")
+    dist = torch.full((target.size(0), vocab_size), label_smoothing / vocab_size)  # (N, V)
+    dist[torch.arange(target.size(0)), target] += 1.0 - label_smoothing
+    return dist
+
+
+# --- 2. Learning-rate schedules ----------------------------------------------------------------
+
+
+def _check_step(step: int, warmup_steps: int) -> None:
+    if step < 1:
+        raise ValueError(f"step counts optimizer updates from 1, got {step}")
+    if warmup_steps < 1:
+        raise ValueError(f"warmup_steps must be at least 1, got {warmup_steps}")
+
+
+def noam_rate(step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1.0) -> float:
+    r"""The paper's schedule (section 5.3): linear warm-up, then decay with the inverse square root.
+
+    .. math:: \mathrm{lr}(s) = \text{factor} \cdot d_\text{model}^{-0.5} \cdot \min(s^{-0.5},\; s \cdot w^{-1.5})
+
+    The two terms are equal at :math:`s = w`, so the peak is exactly at the warm-up step, with
+    value :math:`\text{factor} / \sqrt{d_\text{model}\, w}` (7.0e-4 for the base model, ``w = 4000``).
+
+    Args:
+        step: the optimizer update, counted from 1.
+        d_model: model width.
+        warmup_steps: :math:`w`.
+        factor: a constant multiplier (1 in the paper).
+    """
+    _check_step(step, warmup_steps)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def warmup_cosine_rate(step: int, peak_lr: float, warmup_steps: int, total_steps: int, final_lr: float = 0.0) -> float:
+    """Linear warm-up to ``peak_lr`` at ``warmup_steps``, then a cosine decay to ``final_lr`` at ``total_steps``.
+
+    The common alternative to :func:`noam_rate` (e.g. GPT-3, Llama): it reaches a chosen final
+    rate at a known end instead of decaying forever. Steps past ``total_steps`` stay at ``final_lr``.
+    """
+    _check_step(step, warmup_steps)
+    if total_steps < warmup_steps:
+        raise ValueError(f"total_steps={total_steps} must be at least warmup_steps={warmup_steps}")
+    if step <= warmup_steps:
+        return peak_lr * step / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return final_lr + 0.5 * (peak_lr - final_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+# Schedules as callable objects for ``LambdaLR``: unlike lambdas, their settings are plain
+# attributes, which ``LambdaLR.state_dict`` saves and a checkpoint can hold. ``LambdaLR`` calls
+# them with the number of updates done so far, so update number ``done + 1`` gets that rate;
+# they return the rate itself, and the optimizer's base lr is set to 1.
+
+
+class NoamSchedule:
+    """:func:`noam_rate` for ``LambdaLR``; the peak rate is ``peak_lr`` (default: the paper's)."""
+
+    def __init__(self, d_model: int, warmup_steps: int, peak_lr: float | None = None) -> None:
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        paper_peak = noam_rate(warmup_steps, d_model, warmup_steps)
+        self.factor = 1.0 if peak_lr is None else peak_lr / paper_peak
+
+    def __call__(self, done: int) -> float:
+        return noam_rate(done + 1, self.d_model, self.warmup_steps, self.factor)
+
+
+class WarmupCosineSchedule:
+    """:func:`warmup_cosine_rate` for ``LambdaLR``."""
+
+    def __init__(self, peak_lr: float, warmup_steps: int, total_steps: int, final_lr: float = 0.0) -> None:
+        self.peak_lr, self.warmup_steps, self.total_steps, self.final_lr = peak_lr, warmup_steps, total_steps, final_lr
+
+    def __call__(self, done: int) -> float:
+        return warmup_cosine_rate(done + 1, self.peak_lr, self.warmup_steps, self.total_steps, self.final_lr)
+
+
+class ConstantSchedule:
+    """Linear warm-up to ``peak_lr``, then constant."""
+
+    def __init__(self, peak_lr: float, warmup_steps: int = 1) -> None:
+        self.peak_lr, self.warmup_steps = peak_lr, warmup_steps
+
+    def __call__(self, done: int) -> float:
+        return self.peak_lr * min(1.0, (done + 1) / self.warmup_steps)
+
+
+def make_optimizer(
+    model: nn.Module,
+    weight_decay: float = 0.0,
+    betas: tuple[float, float] = (0.9, 0.98),
+    eps: float = 1e-9,
+) -> torch.optim.AdamW:
+    """AdamW with the paper's betas and epsilon (section 5.3), base lr 1 (the schedule sets the rate).
+
+    Weight decay, if any, applies to matrices only: biases and LayerNorm gains are left alone, as
+    is usual (decaying a gain towards 0 has no regularising meaning).
+    """
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be non-negative, got {weight_decay}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    # foreach: one fused kernel per group on GPU and far less Python per step on CPU.
+    return torch.optim.AdamW(groups, lr=1.0, betas=betas, eps=eps, foreach=True)
+
+
+def make_scheduler(
+    optimizer: torch.optim.Optimizer,
+    schedule: str,
+    *,
+    warmup_steps: int,
+    peak_lr: float | None = None,
+    d_model: int | None = None,
+    total_steps: int | None = None,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A ``LambdaLR`` for ``"noam"``, ``"cosine"`` or ``"constant"``; call ``.step()`` after each update.
+
+    ``noam`` needs ``d_model`` (``peak_lr`` defaults to the paper's ``1 / sqrt(d_model * warmup)``);
+    ``cosine`` needs ``peak_lr`` and ``total_steps``; ``constant`` needs ``peak_lr``.
+    """
+    if schedule == "noam":
+        if d_model is None:
+            raise ValueError("the noam schedule needs d_model")
+        rule: Callable[[int], float] = NoamSchedule(d_model, warmup_steps, peak_lr)
+    elif schedule == "cosine":
+        if peak_lr is None or total_steps is None:
+            raise ValueError("the cosine schedule needs peak_lr and total_steps")
+        rule = WarmupCosineSchedule(peak_lr, warmup_steps, total_steps)
+    elif schedule == "constant":
+        if peak_lr is None:
+            raise ValueError("the constant schedule needs peak_lr")
+        rule = ConstantSchedule(peak_lr, warmup_steps)
+    else:
+        raise ValueError(f"unknown schedule {schedule!r}; choose 'noam', 'cosine' or 'constant'")
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] = 1.0  # the rule returns the rate itself
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, rule)
+
+
+# --- 3. Metrics --------------------------------------------------------------------------------
+
+
+def token_accuracy(logits: Tensor, target: Tensor, ignore_index: int = 0) -> tuple[int, int]:
+    """``(correct, total)`` next-token predictions (argmax) over non-padding positions."""
+    keep = target != ignore_index  # (B, T)
+    correct = (logits.argmax(dim=-1) == target) & keep  # (B, T)
+    return int(correct.sum()), int(keep.sum())
+
+
+def exact_match(logits: Tensor, target: Tensor, ignore_index: int = 0) -> tuple[int, int]:
+    """``(matches, B)``: sequences whose every non-padding position is predicted right under teacher forcing.
+
+    This equals exact match under greedy decoding: if the argmax is right at every position given
+    the true prefix, greedy decoding, which feeds its own argmax back, sees the true prefix at every
+    step and so produces the target exactly (induction over positions); and if greedy decoding
+    produces the target, its prefixes were the true ones, so every teacher-forced argmax was right.
+    One batched forward pass therefore measures it, with no decoding loop (chapter 5 checks it).
+    """
+    keep = target != ignore_index  # (B, T)
+    right = (logits.argmax(dim=-1) == target) | ~keep  # (B, T)
+    return int(right.all(dim=-1).sum()), target.size(0)
+
+
+def autocast_context(device: torch.device, amp: str = "auto") -> contextlib.AbstractContextManager:
+    """bf16 autocast on a CUDA GPU that supports it (``amp="auto"`` or ``"bf16"``), else nothing.
+
+    bf16 has float32's exponent range, so unlike fp16 it needs no loss scaling. On CPU, ``"auto"``
+    means float32 (CPU bf16 is slower than float32 on many processors); ``"bf16"`` forces it.
+    """
+    if amp not in ("auto", "bf16", "off"):
+        raise ValueError(f"amp must be 'auto', 'bf16' or 'off', got {amp!r}")
+    if amp == "off":
+        return contextlib.nullcontext()
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        if amp == "bf16":
+            raise ValueError(f"amp='bf16' but {torch.cuda.get_device_name(device)} does not support bfloat16")
+        return contextlib.nullcontext()
+    if amp == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    batches: Iterable[Any],
+    *,
+    device: torch.device | str | None = None,
+    pad_id: int = 0,
+    label_smoothing: float = 0.0,
+    amp: str = "auto",
+) -> dict[str, float]:
+    """Teacher-forced evaluation over ``batches`` (:class:`~transformer_lib.data.Batch` es).
+
+    Returns:
+        ``loss`` (cross-entropy per target token, with ``label_smoothing``; default none, so
+        ``ppl = exp(loss)`` is the perplexity), ``token_accuracy``, ``exact_match`` (see
+        :func:`exact_match`), and ``n_sentences``.
+    """
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    loss_sum, tokens, correct, matches, sentences = 0.0, 0, 0, 0, 0
+    try:
+        for batch in batches:
+            batch = batch.to(device, non_blocking=True)
+            src_mask, tgt_mask = model.make_masks(batch.src, batch.tgt_in)
+            with autocast_context(device, amp):
+                logits = model(batch.src, batch.tgt_in, src_mask, tgt_mask)  # (B, T, V)
+            loss_sum += float(label_smoothed_cross_entropy(logits, batch.tgt_out, label_smoothing, pad_id, "sum"))
+            c, n = token_accuracy(logits, batch.tgt_out, pad_id)
+            m, b = exact_match(logits, batch.tgt_out, pad_id)
+            correct, tokens, matches, sentences = correct + c, tokens + n, matches + m, sentences + b
+    finally:
+        model.train(was_training)
+    if sentences == 0:
+        raise ValueError("evaluate got no batches")
+    loss = loss_sum / max(tokens, 1)
+    return {
+        "loss": loss,
+        "ppl": math.exp(min(loss, 50.0)),
+        "token_accuracy": correct / max(tokens, 1),
+        "exact_match": matches / sentences,
+        "n_sentences": sentences,
+    }
+
+
+# --- 4. The training loop ----------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig:
+    """How to train. Stored in every checkpoint (``"train_config"``).
+
+    Args:
+        epochs: passes over the training data (``None``: until ``max_steps``).
+        max_steps: stop after this many optimizer updates (``None``: after ``epochs``).
+        schedule: ``"noam"`` (paper), ``"cosine"`` (warm-up + cosine) or ``"constant"``.
+        lr: peak learning rate. ``None`` with ``noam``: the paper's ``1 / sqrt(d_model * warmup)``.
+        warmup_steps: updates of linear warm-up; the rate peaks exactly here.
+        label_smoothing: :math:`\\varepsilon` of the training loss (paper: 0.1).
+        clip_norm: clip the gradients' global L2 norm to this (``None``: no clipping).
+        weight_decay: AdamW decay of matrices.
+        betas, adam_eps: AdamW's; the paper's (0.9, 0.98) and 1e-9.
+        amp: ``"auto"`` (bf16 autocast on a CUDA GPU), ``"bf16"`` or ``"off"``.
+        pad_id: the padding id of the targets (ignored by the loss).
+        eval_every: evaluate every this many updates (``None``: after each epoch).
+        checkpoint_every: also save every this many updates (``None``: at each evaluation).
+        target_exact_match: stop once validation exact match reaches this (e.g. ``1.0``).
+        log_every: record the average training loss every this many updates.
+        progress: show a tqdm progress bar (``TQDM_DISABLE=1`` hides it too).
+    """
+
+    epochs: int | None = 10
+    max_steps: int | None = None
+    schedule: str = "noam"
+    lr: float | None = None
+    warmup_steps: int = 4000
+    label_smoothing: float = 0.1
+    clip_norm: float | None = 1.0
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    amp: str = "auto"
+    pad_id: int = 0
+    eval_every: int | None = None
+    checkpoint_every: int | None = None
+    target_exact_match: float | None = None
+    log_every: int = 50
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        if self.epochs is None and self.max_steps is None:
+            raise ValueError("set epochs or max_steps (or both): otherwise training never stops")
+        for name in ("epochs", "max_steps", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        for name in ("warmup_steps", "log_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.schedule not in ("noam", "cosine", "constant"):
+            raise ValueError(f"schedule must be 'noam', 'cosine' or 'constant', got {self.schedule!r}")
+        if self.schedule != "noam" and self.lr is None:
+            raise ValueError(f"the {self.schedule} schedule needs lr (its peak learning rate)")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.clip_norm is not None and not self.clip_norm > 0:
+            raise ValueError(f"clip_norm must be positive or None, got {self.clip_norm}")
+        if self.amp not in ("auto", "bf16", "off"):
+            raise ValueError(f"amp must be 'auto', 'bf16' or 'off', got {self.amp!r}")
+        if self.target_exact_match is not None and not 0.0 < self.target_exact_match <= 1.0:
+            raise ValueError(f"target_exact_match must be in (0, 1], got {self.target_exact_match}")
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["betas"] = list(self.betas)
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+class Trainer:
+    """Trains a sequence-to-sequence model with teacher forcing, and checkpoints it.
+
+    One update: masks from the batch, forward (bf16 autocast on GPU), label-smoothed loss averaged
+    over the batch's target tokens, backward, gradient clipping, AdamW step, schedule step.
+
+    Everything that decides the next update is checkpointed: model, optimizer and schedule state,
+    the position in the data (epoch and batch), the random number generators and the running
+    sums of the loss. So a run resumed from a checkpoint (:meth:`load_state_dict`) continues
+    exactly where it stopped: on CPU it produces the same losses, bit for bit, as a run that was
+    never interrupted.
+
+    Args:
+        model: the model (moved to ``device``).
+        train_loader: iterable of :class:`~transformer_lib.data.Batch`; if it has a
+            ``batch_sampler`` with ``set_epoch`` (as :func:`~transformer_lib.data.make_loader`'s
+            does), it is called at each epoch. Its iteration must not use the global random state.
+        config: a :class:`TrainConfig`.
+        val_loader: batches for :func:`evaluate` (``None``: no validation).
+        device: where to train (default: CUDA when available, else CPU).
+        checkpoint_path: where :meth:`save` writes (``None``: never saves).
+        metadata: what the checkpoint holds besides the training state: ``model_config``,
+            ``src_vocab``, ``tgt_vocab``, ``task``, ``data`` (see :data:`CHECKPOINT_KEYS`).
+        on_log: called with each training record (e.g. to draw a live loss curve).
+        on_eval: called with each validation record.
+
+    Example:
+        >>> trainer = Trainer(model, loader, TrainConfig(epochs=3), val_loader=val)   # doctest: +SKIP
+        >>> history = trainer.fit()                                                  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        train_loader: Iterable[Any],
+        config: TrainConfig,
+        *,
+        val_loader: Iterable[Any] | None = None,
+        device: torch.device | str | None = None,
+        checkpoint_path: str | Path | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        on_log: Callable[[dict[str, float]], None] | None = None,
+        on_eval: Callable[[dict[str, float]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = model.to(self.device)
+        self.train_loader = train_loader
+        self.val_loader = val_loader
+        self.checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
+        self.metadata = dict(metadata or {})
+        self.on_log = on_log
+        self.on_eval = on_eval
+
+        self.steps_per_epoch = len(train_loader)  # type: ignore[arg-type]
+        if self.steps_per_epoch == 0:
+            raise ValueError("train_loader yields no batches")
+        by_epochs = config.epochs * self.steps_per_epoch if config.epochs is not None else None
+        self.total_steps: int = min(s for s in (by_epochs, config.max_steps) if s is not None)
+        d_model = getattr(getattr(model, "config", None), "d_model", None)
+        if config.schedule == "noam" and config.lr is None and d_model is None:
+            raise ValueError("the noam schedule without lr needs model.config.d_model; pass TrainConfig(lr=...)")
+        self.optimizer = make_optimizer(model, config.weight_decay, config.betas, config.adam_eps)
+        self.scheduler = make_scheduler(
+            self.optimizer, config.schedule, warmup_steps=config.warmup_steps, peak_lr=config.lr,
+            d_model=d_model, total_steps=max(self.total_steps, config.warmup_steps),
+        )
+        self.step = 0  # optimizer updates done
+        self.epoch = 0  # epochs completed
+        self.batch_in_epoch = 0  # batches of the current epoch done
+        self.elapsed_s = 0.0  # training time so far, over all sessions
+        self.history: dict[str, list[dict[str, float]]] = {"train": [], "val": []}
+        self.stopped_because = ""
+        self._saved_at: tuple[int, int, int] | None = None
+        # Running sums of the current logging window, as float64 tensors on the device: no GPU
+        # sync per step, and saved exactly in checkpoints.
+        self._window_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        self._window_tokens = 0
+        self._window_steps = 0
+
+    # -- one update -----------------------------------------------------------------------------
+
+    def train_step(self, batch: Any) -> Tensor:
+        """One optimizer update on ``batch``; returns the summed (not averaged) loss, detached."""
+        model, config = self.model, self.config
+        model.train()
+        batch = batch.to(self.device, non_blocking=True)
+        src_mask, tgt_mask = model.make_masks(batch.src, batch.tgt_in)
+        with autocast_context(self.device, config.amp):
+            logits = model(batch.src, batch.tgt_in, src_mask, tgt_mask)  # (B, T, V)
+        loss_sum = label_smoothed_cross_entropy(logits, batch.tgt_out, config.label_smoothing, config.pad_id, "sum")
+        self.optimizer.zero_grad(set_to_none=True)
+        (loss_sum / max(batch.n_tokens, 1)).backward()
+        if config.clip_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm, foreach=True)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        self._window_loss += loss_sum.detach()
+        self._window_tokens += batch.n_tokens
+        self._window_steps += 1
+        return loss_sum.detach()
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def fit(self) -> dict[str, list[dict[str, float]]]:
+        """Train until ``epochs``, ``max_steps`` or ``target_exact_match``; returns :attr:`history`.
+
+        Called on a trainer restored with :meth:`load_state_dict`, it continues from there.
+        """
+        from tqdm import tqdm  # tqdm reads TQDM_DISABLE=1 (CI) for its default
+
+        config = self.config
+        bar_options = {} if config.progress else {"disable": True}
+        bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, **bar_options)
+        window_start = time.perf_counter()
+        try:
+            while not self._should_stop():
+                sampler = getattr(self.train_loader, "batch_sampler", None)
+                if hasattr(sampler, "set_epoch"):
+                    sampler.set_epoch(self.epoch)
+                # Resuming mid-epoch: skip the batches this epoch already trained on.
+                batches = itertools.islice(iter(self.train_loader), self.batch_in_epoch, None)
+                for batch in batches:
+                    self.train_step(batch)
+                    self.batch_in_epoch += 1
+                    bar.update(1)
+                    if self.step % config.log_every == 0:
+                        now = time.perf_counter()
+                        self.elapsed_s += now - window_start
+                        record = self._log(now - window_start)
+                        window_start = time.perf_counter()
+                        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}")
+                    if config.eval_every is not None and self.step % config.eval_every == 0:
+                        self._validate()
+                    if (config.checkpoint_every is not None and self.step % config.checkpoint_every == 0) or (
+                        config.checkpoint_every is None and config.eval_every is not None and self.step % config.eval_every == 0
+                    ):
+                        self.save()
+                    # At an epoch's last batch, fall through to the epoch's end (validation, checkpoint).
+                    if self._should_stop() and self.batch_in_epoch < self.steps_per_epoch:
+                        break
+                else:  # the epoch ran to its end
+                    self.epoch += 1
+                    self.batch_in_epoch = 0
+                    if config.eval_every is None:
+                        self._validate()
+                    if config.checkpoint_every is None and config.eval_every is None:
+                        self.save()
+            if self._window_steps:  # the last, partial logging window
+                now = time.perf_counter()
+                self.elapsed_s += now - window_start
+                self._log(now - window_start)
+            if self._saved_at != (self.step, len(self.history["train"]), len(self.history["val"])):
+                self.save()
+        finally:
+            bar.close()
+        return self.history
+
+    def _should_stop(self) -> bool:
+        if self.step >= self.total_steps:
+            self.stopped_because = self.stopped_because or f"reached {self.total_steps} steps"
+            return True
+        target = self.config.target_exact_match
+        if target is not None and self.history["val"] and self.history["val"][-1]["exact_match"] >= target:
+            self.stopped_because = f"validation exact match reached {target:.0%}"
+            return True
+        return False
+
+    def _log(self, window_s: float) -> dict[str, float]:
+        tokens = max(self._window_tokens, 1)
+        record = {
+            "step": self.step,
+            "epoch": self.epoch + self.batch_in_epoch / self.steps_per_epoch,
+            "loss": float(self._window_loss) / tokens,
+            "lr": self.scheduler.lr_lambdas[0](self.step - 1),  # the rate of the last update
+            "tokens_per_s": self._window_tokens / window_s if window_s > 0 else float("nan"),
+            "elapsed_s": self.elapsed_s,
+        }
+        self._window_loss.zero_()
+        self._window_tokens = self._window_steps = 0
+        self.history["train"].append(record)
+        if self.on_log is not None:
+            self.on_log(record)
+        return record
+
+    def _validate(self) -> None:
+        if self.val_loader is None:
+            return
+        metrics = evaluate(self.model, self.val_loader, device=self.device, pad_id=self.config.pad_id, amp=self.config.amp)
+        record = {"step": self.step, "epoch": self.epoch + self.batch_in_epoch / self.steps_per_epoch, **metrics}
+        self.history["val"].append(record)
+        if self.on_eval is not None:
+            self.on_eval(record)
+
+    # -- state and checkpoints ------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training state (everything but :attr:`metadata`), plain values and tensors only."""
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {
+            "model_state": self.model.state_dict(),
+            "optimizer_state": self.optimizer.state_dict(),
+            "scheduler_state": self.scheduler.state_dict(),
+            "train_config": self.config.to_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "elapsed_s": self.elapsed_s,
+            "rng_state": rng,
+            "window": {"loss": self._window_loss.detach().cpu().clone(), "tokens": self._window_tokens, "steps": self._window_steps},
+            "metrics": {"train": [dict(r) for r in self.history["train"]], "val": [dict(r) for r in self.history["val"]]},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict` or a checkpoint, to continue training exactly."""
+        self.model.load_state_dict(state["model_state"])
+        self.optimizer.load_state_dict(state["optimizer_state"])
+        # The schedule's position comes from the checkpoint, its settings from this trainer's
+        # config: resuming with the same settings continues exactly, and a run given more steps
+        # stretches its (cosine) schedule to the new end instead of idling at its old final rate.
+        scheduler_state = {**state["scheduler_state"], "lr_lambdas": [None] * len(self.scheduler.lr_lambdas)}
+        self.scheduler.load_state_dict(scheduler_state)
+        for group, rule, base_lr in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, self.scheduler.base_lrs):
+            group["lr"] = base_lr * rule(self.scheduler.last_epoch)
+        self.step, self.epoch, self.batch_in_epoch = int(state["step"]), int(state["epoch"]), int(state["batch_in_epoch"])
+        self.elapsed_s = float(state.get("elapsed_s", 0.0))
+        self.history = {"train": [dict(r) for r in state["metrics"]["train"]], "val": [dict(r) for r in state["metrics"]["val"]]}
+        window = state["window"]
+        self._window_loss = window["loss"].to(self.device, torch.float64).clone()
+        self._window_tokens, self._window_steps = int(window["tokens"]), int(window["steps"])
+        rng = state["rng_state"]
+        torch.set_rng_state(rng["torch"].cpu())
+        if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+        self.stopped_because = ""
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The full checkpoint: format version, :attr:`metadata` and :meth:`state_dict`."""
+        return {"format_version": CHECKPOINT_FORMAT_VERSION, **self.metadata, **self.state_dict()}
+
+    def save(self, path: str | Path | None = None) -> Path | None:
+        """Write :meth:`checkpoint` atomically to ``path`` (default :attr:`checkpoint_path`)."""
+        path = Path(path) if path is not None else self.checkpoint_path
+        if path is None:
+            return None
+        save_checkpoint(path, self.checkpoint())
+        self._saved_at = (self.step, len(self.history["train"]), len(self.history["val"]))
+        return path
+
+
+# --- 5. Checkpoint files -----------------------------------------------------------------------
+
+CHECKPOINT_FORMAT_VERSION = 1
+# What every checkpoint holds. The first six describe the model and its data, so a checkpoint
+# alone is enough to rebuild the model and translate; the rest let training resume exactly.
+CHECKPOINT_KEYS = (
+    "format_version",
+    "model_config",  # TransformerConfig.to_dict()
+    "model_state",  # model.state_dict()
+    "src_vocab",  # Vocab.to_dict()
+    "tgt_vocab",  # Vocab.to_dict()
+    "task",  # "copy" | "reverse" | "multi30k"
+    "data",  # how text becomes ids: {"src_lang": "de", "tgt_lang": "en", "lowercase": False, ...}
+    "optimizer_state",
+    "scheduler_state",
+    "train_config",
+    "step",
+    "epoch",
+    "rng_state",
+    "metrics",
+)
+# The types torch.load(weights_only=True) accepts; anything else makes a checkpoint unloadable.
+_PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size)
+
+
+class CheckpointError(ValueError):
+    """A file that is not a checkpoint of this library's format, or a dict that cannot be saved as one."""
+
+
+def _check_plain(value: Any, where: str) -> None:
+    if isinstance(value, Tensor) or type(value) in _PLAIN_TYPES:
+        return
+    if type(value) in (dict, OrderedDict):
+        for key, item in value.items():
+            if type(key) not in (str, int):
+                raise CheckpointError(f"{where} has a key {key!r} of type {type(key).__name__}; use str or int keys")
+            _check_plain(item, f"{where}[{key!r}]")
+        return
+    if type(value) in (list, tuple):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+        return
+    raise CheckpointError(
+        f"{where} is a {type(value).__module__}.{type(value).__qualname__}; a checkpoint holds only plain "
+        "Python values (dict, list, str, int, float, bool, None) and tensors, so that torch.load(weights_only=True) "
+        "can read it. Convert it (e.g. with .to_dict() or float())"
+    )
+
+
+def _check_keys(checkpoint: Mapping[str, Any], source: str) -> None:
+    missing = [key for key in CHECKPOINT_KEYS if key not in checkpoint]
+    if missing:
+        raise CheckpointError(f"{source} lacks the checkpoint entries {missing} (a checkpoint holds {list(CHECKPOINT_KEYS)})")
+
+
+def save_checkpoint(path: str | Path, checkpoint: Mapping[str, Any]) -> None:
+    """Write ``checkpoint`` to ``path`` atomically: a crash leaves the previous file intact.
+
+    The data goes to a temporary file in the same folder, is flushed to disk (``fsync``), and only
+    then renamed over ``path`` (``os.replace`` is atomic on POSIX and Windows). A reader, or a
+    resumed run after a crash, thus sees the old checkpoint or the new one, never half of one.
+
+    Raises:
+        CheckpointError: an entry of :data:`CHECKPOINT_KEYS` is missing, ``format_version`` is
+            not :data:`CHECKPOINT_FORMAT_VERSION`, or a value is not a plain type or tensor.
+    """
+    path = Path(path)
+    if type(checkpoint) is not dict:
+        raise CheckpointError(f"a checkpoint is a dict, got {type(checkpoint).__name__}")
+    _check_keys(checkpoint, "the checkpoint to save")
+    if checkpoint["format_version"] != CHECKPOINT_FORMAT_VERSION:
+        raise CheckpointError(f"format_version must be {CHECKPOINT_FORMAT_VERSION}, got {checkpoint['format_version']!r}")
+    _check_plain(checkpoint, "checkpoint")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename durable: on POSIX the folder entry itself must reach the disk (no-op elsewhere)."""
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems do not support fsync on folders
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device | None = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint`, with ``torch.load(weights_only=True)``.
+
+    ``weights_only=True`` unpickles only plain values and tensors, so a checkpoint from elsewhere
+    cannot run code when loaded.
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        CheckpointError: the file is not a checkpoint of this format (another file, a truncated
+            one, a plain state_dict, another format version).
+    """
+    path = Path(path)
+    if not path.is_file():
+        hint = " (it is a folder; checkpoints are files such as FOLDER/checkpoint.pt)" if path.is_dir() else ""
+        raise FileNotFoundError(
+            f"no checkpoint at {path}{hint}; train one with `python -m transformer_lib.train --task reverse --out FOLDER`"
+        )
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - torch raises many kinds for a file that is not a checkpoint
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CheckpointError(
+            f"{path} is not a transformer_lib checkpoint: torch.load(weights_only=True) failed with "
+            f"{type(error).__name__}: {first_line[:200]}"
+        ) from error
+    if not isinstance(checkpoint, dict) or "format_version" not in checkpoint:
+        kind = "dict" if isinstance(checkpoint, dict) else type(checkpoint).__name__
+        raise CheckpointError(
+            f"{path} holds a {kind} without 'format_version': not a transformer_lib checkpoint "
+            "(a bare state_dict, perhaps; load that with model.load_state_dict(torch.load(...)))"
+        )
+    if checkpoint["format_version"] != CHECKPOINT_FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has checkpoint format_version {checkpoint['format_version']!r}; this library reads "
+            f"version {CHECKPOINT_FORMAT_VERSION}"
+        )
+    _check_keys(checkpoint, str(path))
+    return checkpoint
