@@ -22,6 +22,7 @@ writes files. The updates are those of one process on the whole batch, up to rou
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import math
 import os
@@ -57,6 +58,7 @@ __all__ = [
     "DistributedSetup",
     "setup_distributed",
     "teardown_distributed",
+    "wait_for_all",
     "CHECKPOINT_FORMAT_VERSION",
     "CHECKPOINT_KEYS",
     "CheckpointError",
@@ -485,8 +487,11 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def _barrier(device: torch.device) -> None:
-    """Wait for every process (NCCL needs to be told which GPU this process uses)."""
+def wait_for_all(device: torch.device) -> None:
+    """Wait until every process gets here (a barrier); nothing to wait for in a single process.
+
+    ``device`` is this process's device: NCCL must be told which GPU the process uses.
+    """
     if _world_size() <= 1:
         return
     if device.type == "cuda":
@@ -666,11 +671,13 @@ class Trainer:
         if self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
-            # broadcast_buffers=False: our buffers (positional tables) are constants, the same on
-            # every process; DDP would otherwise send process 0's copy before every forward pass.
-            # Creating the wrapper copies process 0's parameters to every process.
+            # Our buffers (positional tables) are constants, the same on every process; by default
+            # DDP would send process 0's copy before every forward pass. (The option was renamed
+            # in PyTorch 2.13.) Creating the wrapper copies process 0's parameters to every process.
+            renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+            no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
             self.train_module = DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None, broadcast_buffers=False
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None, **no_buffer_sync
             )
         if config.compile:
             self.train_module = torch.compile(self.train_module)
@@ -966,7 +973,7 @@ class Trainer:
                 _atomic_save(folder / f"step_{self.step:07d}.pt", {"step": self.step, "model_state": checkpoint["model_state"]})
                 for old in kept_weights(folder)[: -self.config.keep_weights]:
                     old.unlink()
-        _barrier(self.device)  # no process reads the files before they are complete
+        wait_for_all(self.device)  # no process reads the files before they are complete
         self._saved_at = (self.step, len(self.history["train"]), len(self.history["val"]))
         return path
 
