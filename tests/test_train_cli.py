@@ -102,6 +102,25 @@ def test_cli_trains_multi30k_from_prepared_data(tmp_path: Path) -> None:
     assert Vocab.from_dict(checkpoint["tgt_vocab"]) == prepared.tgt_vocab
 
 
+def test_prepared_data_are_for_a_full_run_unless_the_profile_says_otherwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRANSFORMER_BOOK_PROFILE", "fast")  # as on a CPU machine
+    prepare = ["--task", "multi30k", "--prepare-only", "--out", str(tmp_path)]
+    assert train.resolve_settings(train.parse_args(prepare))["train_size"] is None  # every training pair
+    assert train.resolve_settings(train.parse_args([*prepare, "--profile", "fast"]))["train_size"] == 3000
+
+
+def test_a_full_run_refuses_data_prepared_as_a_subset(tmp_path: Path) -> None:
+    prepare_multi30k(FIXTURE, checksums=FIXTURE_SHA256, min_freq=1, train_size=30).save(tmp_path / "data.pt")
+    full = ["--task", "multi30k", "--data", str(tmp_path / "data.pt"), "--out", str(tmp_path / "run"), "--profile", "full",
+            "--max-steps", "1", "--device", "cpu", "--no-progress"]
+    with pytest.raises(ValueError, match=r"holds a random subset of 30 training pairs, but this run \(full profile\) trains on all"):
+        train.main(full)
+    with pytest.raises(ValueError, match="prepared with min_freq=1 but --min-freq is 2"):
+        train.main([*full, "--train-size", "30", "--min-freq", "2"])
+    metrics = train.main([*full, "--train-size", "30", "--bleu", "off", "--average-last", "0"])  # the subset, asked for
+    assert metrics["settings"]["train_size"] == 30 and metrics["settings"]["min_freq"] == 1  # what the data hold
+
+
 @pytest.mark.multi30k
 def test_cli_prepares_and_trains_on_real_multi30k(tmp_path: Path, real_multi30k: Path) -> None:
     prepared = train.main(["--task", "multi30k", "--prepare-only", "--train-size", "300", "--data-dir", str(real_multi30k), "--out", str(tmp_path)])

@@ -656,6 +656,7 @@ def prepare_multi30k(
         "tokenizer": "spacy.blank",
         "min_freq": min_freq,
         "train_size": len(text["train"]),
+        "train_subset": train_size is not None,  # a random subset (train_size) rather than every pair
         "source_format": SOURCE_FORMAT,
     }
     return PreparedTranslation(src_vocab, tgt_vocab, data, text, settings)

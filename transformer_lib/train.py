@@ -161,7 +161,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m30k = parser.add_argument_group("multi30k")
     m30k.add_argument("--data-dir", type=Path, default=None, help="folder with the .gz files (default: $MULTI30K_DIR, else download to the cache)")
     m30k.add_argument("--data", type=Path, default=None, help="prepared data from --prepare-only (skips tokenizing)")
-    m30k.add_argument("--prepare-only", action="store_true", help="tokenize and write OUT/data.pt, then stop")
+    m30k.add_argument("--prepare-only", action="store_true",
+                      help="tokenize and write OUT/data.pt, then stop (for the full profile unless --profile says otherwise)")
     m30k.add_argument("--train-size", type=int, default=None, help="train on a random subset of this many pairs")
     m30k.add_argument("--min-freq", type=int, default=None)
     m30k.add_argument("--lowercase", action="store_true")
@@ -174,8 +175,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The run's settings: the task/profile defaults, overridden by every option given."""
-    profile = args.profile or current_profile()
+    """The run's settings: the task/profile defaults, overridden by every option given.
+
+    ``--prepare-only`` without ``--profile`` prepares the data of a full run: the file is usually
+    made on one machine (with the data and spaCy) for a full run on another (a GPU).
+    """
+    profile = args.profile or ("full" if getattr(args, "prepare_only", False) else current_profile())
     family = "toy" if args.task in TOY_TASKS else "multi30k"
     settings = dict(DEFAULTS[family][profile])
     for key, value in vars(args).items():
@@ -276,6 +281,8 @@ def _multi30k_data(settings: dict[str, Any], args: argparse.Namespace, out: Path
     if cached_exists and not args.restart and not args.prepare_only:
         return PreparedTranslation.load(cached)
     if processes.is_main:  # one process tokenizes; the others wait for its file
+        what = "all pairs" if settings["train_size"] is None else f"a random {settings['train_size']:,} pairs"
+        print(f"preparing {what} of the training split ({settings['profile']} profile)", flush=True)
         print(f"tokenizing Multi30k (spaCy blank tokenizers, min_freq={settings['min_freq']}) ...", flush=True)
         prepared = prepare_multi30k(
             args.data_dir, lowercase=settings.get("lowercase", False), min_freq=settings["min_freq"],
@@ -284,6 +291,33 @@ def _multi30k_data(settings: dict[str, Any], args: argparse.Namespace, out: Path
         prepared.save(cached)
     wait_for_all(device)
     return prepared if processes.is_main else PreparedTranslation.load(cached)
+
+
+def _check_prepared(prepared: PreparedTranslation, settings: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
+    """The prepared data decide how text became ids; refuse data that contradict the run.
+
+    A full run on a subset (data prepared with the fast profile) fails here rather than train
+    quietly on a tenth of the data; so do options given explicitly that the data contradict.
+    Afterwards ``settings`` record what the data hold.
+    """
+    made = prepared.settings
+    if settings["train_size"] is None and made.get("train_subset"):
+        raise ValueError(
+            f"{path} holds a random subset of {made['train_size']:,} training pairs, but this run ({settings['profile']} "
+            f"profile) trains on all of them; prepare the data with `--prepare-only --profile {settings['profile']}`, "
+            f"or pass --train-size {made['train_size']} to train on the subset"
+        )
+    if args.train_size is not None and made.get("train_size") != args.train_size:
+        raise ValueError(f"{path} holds {made.get('train_size')} training pairs but --train-size is {args.train_size}")
+    if args.min_freq is not None and made.get("min_freq") != args.min_freq:
+        raise ValueError(f"{path} was prepared with min_freq={made.get('min_freq')} but --min-freq is {args.min_freq}")
+    if args.lowercase and not made.get("lowercase"):
+        raise ValueError(f"{path} was prepared without --lowercase; prepare it again with --lowercase")
+    settings.update(
+        train_size=made["train_size"] if made.get("train_subset") else None,
+        min_freq=made.get("min_freq", settings["min_freq"]),
+        lowercase=made.get("lowercase", False),
+    )
 
 
 def _check_lengths(data: TranslationData, max_len: int, split: str, say: Any = print) -> TranslationData:
@@ -421,6 +455,8 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
             sizes = {name: len(d) for name, d in prepared.splits.items()}
             print(f"wrote {out / 'data.pt'}: {sizes} pairs, vocabularies {len(prepared.src_vocab)} / {len(prepared.tgt_vocab)}")
             return {"prepared": str(out / "data.pt"), "sizes": sizes}
+        if resumed is None:
+            _check_prepared(prepared, settings, args, args.data or out / "data.pt")
         src_vocab, tgt_vocab = prepared.src_vocab, prepared.tgt_vocab
         train_data, val_data, test_data = prepared.splits["train"], prepared.splits["val"], prepared.splits.get("test")
         data_description = dict(prepared.settings)
@@ -553,11 +589,13 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
         "examples": examples,
         "history": history,
     }
+    written = ["checkpoint.pt", "metrics.json"] + (["model.pt"] if selection["checkpoint"] == "model.pt" else [])
     if processes.is_main:
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-        _save_loss_plot(history, out / "loss.png", f"{args.task}: {metrics['parameters']:,} parameters, {trainer.step} steps")
+        if _save_loss_plot(history, out / "loss.png", f"{args.task}: {metrics['parameters']:,} parameters, {trainer.step} steps"):
+            written.append("loss.png")
     summary = ", ".join(f"{split} loss {m['loss']:.3f} / exact match {m['exact_match']:.1%}" for split, m in final.items())
-    say(f"done ({trainer.stopped_because}) in {wall_s:.1f} s: {summary}. Wrote {out}/checkpoint.pt, metrics.json, loss.png")
+    say(f"done ({trainer.stopped_because}) in {wall_s:.1f} s: {summary}. Wrote {', '.join(written)} in {out}")
     return metrics
 
 
@@ -624,14 +662,16 @@ def _time_to_bleu(history: dict[str, list[dict[str, Any]]], threshold: float | N
     return result
 
 
-def _save_loss_plot(history: dict[str, Any], path: Path, title: str) -> None:
+def _save_loss_plot(history: dict[str, Any], path: Path, title: str) -> bool:
+    """Draw the loss curves; on a machine without the book's plotting packages, say so and go on."""
     try:
         from .viz import plot_training_curves
-    except ImportError as error:  # a training machine without the book's plotting packages
+    except ImportError as error:
         print(f"no {path.name}: {error} (metrics.json has every number the plot would show)", flush=True)
-        return
+        return False
     ax = plot_training_curves(history, title=title)
     ax.figure.savefig(path, dpi=120)
+    return True
 
 
 if __name__ == "__main__":
