@@ -22,7 +22,7 @@ from transformer_lib.decoding import beam_search, greedy_decode
 from transformer_lib.evaluation import corpus_bleu, detokenize
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training import CHECKPOINT_KEYS
-from transformer_lib.translate import Translator, TranslationError, main
+from transformer_lib.translate import Translator, TranslationError, evaluate_bleu, main
 
 GERMAN = [
     "Ein Mann fährt Fahrrad.",
@@ -118,6 +118,15 @@ def test_batched_translation_keeps_the_input_order(checkpoint: Path) -> None:
     together = translator.translate(GERMAN, batch_size=3)  # sorted by length inside, two batches
     alone = [translator.translate([sentence])[0] for sentence in GERMAN]
     assert together == alone
+
+
+def test_translate_is_the_detokenized_translate_tokens(checkpoint: Path) -> None:
+    translator = Translator.from_checkpoint(checkpoint)
+    tokens = translator.translate_tokens(GERMAN, beam_size=2, batch_size=3)
+    assert translator.translate(GERMAN, beam_size=2, batch_size=3) == [detokenize(t, "en") for t in tokens]
+    assert not {"<eos>", "<bos>", "<pad>"} & {token for sentence in tokens for token in sentence}
+    results = evaluate_bleu(translator, list(zip(GERMAN, ENGLISH)), beam_sizes=(2,), batch_size=3)
+    assert results["beam 2"]["tokens"] == tokens
 
 
 def test_toy_task_checkpoint_reads_and_writes_symbols(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -192,8 +192,11 @@ class Translator:
             return greedy_decode(self.model, src, src_mask, **ids)
         return beam_search(self.model, src, src_mask, beam_size=beam_size, **ids).sequences
 
-    def translate(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64) -> list[str]:
-        """Translate sentences (in batches of similar length) and return detokenized text, in order."""
+    def translate_tokens(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64) -> list[list[str]]:
+        """Translate sentences (in batches of similar length); the output tokens of each, in order.
+
+        Each list stops before ``<eos>``; :meth:`translate` turns them into text.
+        """
         if isinstance(sentences, str):
             raise TypeError("translate expects a list of sentences; wrap a single sentence in a list")
         if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
@@ -201,14 +204,18 @@ class Translator:
         rows = self.source_ids(sentences)  # checks every sentence before spending time on any
         # Sorting by length puts similar lengths in a batch: less padding, fewer wasted steps.
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
-        out: list[str] = [""] * len(rows)
+        out: list[list[str]] = [[] for _ in rows]
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             src, src_mask = self._pad([rows[i] for i in chunk])
             output = self.translate_ids(src, src_mask, beam_size).tolist()
             for i, row in zip(chunk, output):
-                out[i] = self.detokenize(self.output_tokens(row))
+                out[i] = self.output_tokens(row)
         return out
+
+    def translate(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64) -> list[str]:
+        """Translate sentences (in batches of similar length) and return detokenized text, in order."""
+        return [self.detokenize(tokens) for tokens in self.translate_tokens(sentences, beam_size, batch_size)]
 
 
 def read_multi30k_split(split: str, data_dir: str | Path | None, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
@@ -238,14 +245,16 @@ def evaluate_bleu(
 
     Returns:
         ``{"greedy" | "beam N": {"bleu": BleuScore, "bleu_lowercased": BleuScore, "seconds": float,
-        "translations": list[str]}}``.
+        "translations": list[str], "tokens": list[list[str]]}}``: the translations detokenized (what
+        BLEU scores) and as the model's tokens.
     """
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
     results: dict[str, dict[str, Any]] = {}
     for beam_size in beam_sizes:
         start = time.perf_counter()
-        hypotheses = translator.translate(sources, beam_size=beam_size, batch_size=batch_size)
+        tokens = translator.translate_tokens(sources, beam_size=beam_size, batch_size=batch_size)
+        hypotheses = [translator.detokenize(t) for t in tokens]
         seconds = time.perf_counter() - start
         scores = bleu_scores(hypotheses, references)
         name = "greedy" if beam_size == 1 else f"beam {beam_size}"
@@ -254,6 +263,7 @@ def evaluate_bleu(
             "bleu_lowercased": scores["lowercased"],
             "seconds": seconds,
             "translations": hypotheses,
+            "tokens": tokens,
         }
     return results
 
