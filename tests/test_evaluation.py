@@ -17,6 +17,7 @@ from transformer_lib.evaluation import (
     RESULTS_DIR,
     BleuScore,
     bleu_scores,
+    bleu_table,
     committed_results,
     corpus_bleu,
     describe_run,
@@ -202,8 +203,16 @@ def test_exact_match_rejects_mismatched_lengths() -> None:
 # Committed results
 
 
+SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
+
+
+def scores(cased: float, lowercased: float) -> dict:
+    return {"cased": {"score": cased, "signature": SIGNATURE},
+            "lowercased": {"score": lowercased, "signature": SIGNATURE.replace("mixed", "lc")}}
+
+
 def run_metrics(task: str = "multi30k") -> dict:
-    """The parts of a train-CLI metrics.json that the results functions read."""
+    """The parts of a train-CLI metrics.json (format 2) that the results functions read."""
     return {
         "task": task,
         "command": "python -m transformer_lib.train --task multi30k --profile full --out runs/m30k",
@@ -213,9 +222,10 @@ def run_metrics(task: str = "multi30k") -> dict:
         "training_time_s": 600.0,
         "final": {
             "val": {"loss": 1.9, "ppl": 6.7, "token_accuracy": 0.6, "exact_match": 0.0, "n_sentences": 1014},
-            "test": {"loss": 1.8, "ppl": 6.0, "token_accuracy": 0.62, "exact_match": 0.0, "n_sentences": 1000,
-                     "bleu": 35.1, "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"},
+            "test": {"loss": 1.8, "ppl": 6.0, "token_accuracy": 0.62, "exact_match": 0.0, "n_sentences": 1000},
         },
+        "bleu": {"val": {"greedy": scores(33.0, 33.4)},
+                 "test": {"greedy": scores(35.104, 35.6), "beam 4": scores(36.2, 36.7)}},
         "history": {"train": [], "val": []},
     }
 
@@ -241,15 +251,26 @@ def test_committed_results_refuses_other_files(tmp_path: Path, content: str, mes
         committed_results(tmp_path)
 
 
-def test_describe_run_and_results_table() -> None:
+def test_describe_run_results_table_and_bleu_table() -> None:
     text = describe_run(run_metrics())
     assert text.splitlines() == [
         "command:  python -m transformer_lib.train --task multi30k --profile full --out runs/m30k",
         "hardware: NVIDIA H100 | torch 2.13.0",
         "9,000,000 parameters, 4,540 steps, 10.0 min of training",
+        f"sacreBLEU: {SIGNATURE}",
     ]
     table = results_table(run_metrics())
     assert list(table.index) == ["val", "test"]
-    assert list(table.columns) == ["loss", "ppl", "token_accuracy", "bleu", "bleu_signature"]
-    assert table.loc["test", "bleu"] == 35.1 and math.isnan(table.loc["val", "bleu"])
+    assert list(table.columns) == ["loss", "ppl", "token_accuracy"]
+    assert table.loc["test", "loss"] == 1.8
     assert "exact_match" in results_table(run_metrics("reverse")).columns  # meaningful for toy tasks only
+    bleu = bleu_table(run_metrics())
+    assert list(bleu.index) == ["greedy", "beam 4"] and list(bleu.columns) == ["BLEU", "BLEU, lowercased"]
+    assert bleu.loc["greedy", "BLEU"] == 35.1 and bleu.loc["beam 4", "BLEU, lowercased"] == 36.7
+    assert list(bleu_table(run_metrics(), "val").index) == ["greedy"]
+
+
+def test_a_run_without_bleu() -> None:
+    metrics = {**run_metrics(), "bleu": None}
+    assert bleu_table(metrics) is None
+    assert not describe_run(metrics).splitlines()[-1].startswith("sacreBLEU")

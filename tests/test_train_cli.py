@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import torch
 
 from transformer_lib import train
 from transformer_lib.data import Vocab, prepare_multi30k
-from transformer_lib.training import Trainer, load_checkpoint
+from transformer_lib.training import Trainer, average_checkpoints, load_checkpoint
 
 FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"
 FIXTURE_SHA256 = {line.split()[1]: line.split()[0] for line in (FIXTURE / "SHA256SUMS").read_text().splitlines()}
@@ -101,6 +102,25 @@ def test_cli_trains_multi30k_from_prepared_data(tmp_path: Path) -> None:
     assert Vocab.from_dict(checkpoint["tgt_vocab"]) == prepared.tgt_vocab
 
 
+def test_prepared_data_are_for_a_full_run_unless_the_profile_says_otherwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRANSFORMER_BOOK_PROFILE", "fast")  # as on a CPU machine
+    prepare = ["--task", "multi30k", "--prepare-only", "--out", str(tmp_path)]
+    assert train.resolve_settings(train.parse_args(prepare))["train_size"] is None  # every training pair
+    assert train.resolve_settings(train.parse_args([*prepare, "--profile", "fast"]))["train_size"] == 3000
+
+
+def test_a_full_run_refuses_data_prepared_as_a_subset(tmp_path: Path) -> None:
+    prepare_multi30k(FIXTURE, checksums=FIXTURE_SHA256, min_freq=1, train_size=30).save(tmp_path / "data.pt")
+    full = ["--task", "multi30k", "--data", str(tmp_path / "data.pt"), "--out", str(tmp_path / "run"), "--profile", "full",
+            "--max-steps", "1", "--device", "cpu", "--no-progress"]
+    with pytest.raises(ValueError, match=r"holds a random subset of 30 training pairs, but this run \(full profile\) trains on all"):
+        train.main(full)
+    with pytest.raises(ValueError, match="prepared with min_freq=1 but --min-freq is 2"):
+        train.main([*full, "--train-size", "30", "--min-freq", "2"])
+    metrics = train.main([*full, "--train-size", "30", "--bleu", "off", "--average-last", "0"])  # the subset, asked for
+    assert metrics["settings"]["train_size"] == 30 and metrics["settings"]["min_freq"] == 1  # what the data hold
+
+
 @pytest.mark.multi30k
 def test_cli_prepares_and_trains_on_real_multi30k(tmp_path: Path, real_multi30k: Path) -> None:
     prepared = train.main(["--task", "multi30k", "--prepare-only", "--train-size", "300", "--data-dir", str(real_multi30k), "--out", str(tmp_path)])
@@ -120,3 +140,125 @@ def test_cli_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
         pytest.skip("this machine has a GPU")
     with pytest.raises(ValueError, match="no CUDA GPU"):
         train.main([*SMALL_REVERSE, "--out", str(tmp_path), "--device", "cuda"])
+
+
+# --- the results file ----------------------------------------------------------------------------
+
+RESULTS_RUN = ["--task", "multi30k", "--profile", "fast", "--epochs", "3", "--max-steps", "12", "--batch-size", "16", "--eval-every", "4",
+               "--checkpoint-every", "4", "--bleu", "epoch", "--bleu-threshold", "0", "--average-last", "2",
+               "--beam-size", "2", "--no-progress", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def results_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run from prepared data in a process where ``import spacy`` fails, as on a bare GPU machine."""
+    folder = tmp_path_factory.mktemp("results")
+    prepare_multi30k(FIXTURE, checksums=FIXTURE_SHA256, min_freq=1).save(folder / "data.pt")
+    script = (
+        "import sys\n"
+        "sys.modules['spacy'] = None  # any 'import spacy' now raises ImportError\n"
+        "from transformer_lib import train\n"
+        f"train.main({[*RESULTS_RUN, '--data', str(folder / 'data.pt'), '--out', str(folder / 'run')]!r})\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder / "run"
+
+
+def test_training_from_prepared_data_needs_no_spacy(results_run: Path) -> None:
+    assert json.loads((results_run / "metrics.json").read_text())["bleu"]["test"]["greedy"]["cased"]["score"] >= 0
+
+
+def test_results_file_has_bleu_both_ways_greedy_and_beam(results_run: Path) -> None:
+    metrics = json.loads((results_run / "metrics.json").read_text())
+    assert metrics["metrics_format"] == train.METRICS_FORMAT_VERSION == 2
+    assert set(metrics["bleu"]) == {"val", "test"}
+    for split in ("val", "test"):
+        assert set(metrics["bleu"][split]) == {"greedy", "beam 2"}
+        for scores in metrics["bleu"][split].values():
+            assert scores["cased"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+            assert scores["lowercased"]["signature"].startswith("nrefs:1|case:lc|")
+            assert 0 <= scores["cased"]["score"] <= 100 and scores["lowercased"]["lowercase"] is True
+    assert [set(e) for e in metrics["examples"]] == [{"source", "reference", "greedy", "beam 2"}] * 5
+    assert metrics["command"].startswith("python -m transformer_lib.train --task multi30k")
+    assert metrics["software"]["torch"].startswith(torch.__version__.split("+")[0])
+    assert metrics["software"]["sacrebleu"] and metrics["hardware"]["device"] == "cpu"
+    assert metrics["distributed"] == {"world_size": 1, "backend": None, "global_batch_size": 16}
+
+
+def test_results_file_has_losses_per_epoch_and_the_time_to_a_bleu(results_run: Path) -> None:
+    metrics = json.loads((results_run / "metrics.json").read_text())
+    # 60 fixture pairs in batches of 16: 4 updates an epoch, 3 epochs, validated (with BLEU) at each end
+    assert [(r["epoch"], r["step"]) for r in metrics["per_epoch"]] == [(1, 4), (2, 8), (3, 12)]
+    assert all({"train_loss", "val_loss", "val_bleu", "val_bleu_lowercased", "elapsed_s"} <= set(r) for r in metrics["per_epoch"])
+    assert [r["step"] for r in metrics["history"]["val"]] == [4, 8, 12]
+    reached = metrics["time_to_bleu"]
+    assert reached["reached"] and reached["step"] == 4 and reached["threshold"] == 0
+    assert 0 < reached["elapsed_s"] == metrics["history"]["val"][0]["elapsed_s"]
+
+
+def test_results_file_chooses_between_last_and_averaged_weights_by_validation(results_run: Path) -> None:
+    metrics = json.loads((results_run / "metrics.json").read_text())
+    selection = metrics["selection"]
+    assert selection["by"] == "val BLEU (greedy, cased)"
+    assert set(selection["candidates"]) == {"last", "average of last 2"}
+    assert selection["candidates"]["average of last 2"]["steps"] == [8, 12]
+    best = max(selection["candidates"], key=lambda name: selection["candidates"][name]["val_bleu"])
+    assert selection["chosen"] == best
+    assert sorted(p.name for p in (results_run / "weights").iterdir()) == ["step_0000008.pt", "step_0000012.pt"]
+    assert (results_run / selection["checkpoint"]).is_file()
+    chosen = load_checkpoint(results_run / selection["checkpoint"])["model_state"]
+    if selection["chosen"] == "last":
+        assert selection["checkpoint"] == "checkpoint.pt"
+    else:
+        averaged = average_checkpoints(sorted((results_run / "weights").iterdir()))
+        assert all(torch.equal(chosen[k], v) for k, v in averaged.items())
+
+
+def test_chapter_5_shows_the_committed_results_file(results_run: Path, tmp_path: Path) -> None:
+    """Chapter 5 shows book/results/multi30k_full_metrics.json when the repository has one: run its cell on ours."""
+    import functools
+
+    import pandas as pd
+
+    from transformer_lib import evaluation
+    from transformer_lib.viz import training_curves_chart
+
+    book = json.loads((Path(__file__).parents[1] / "book" / "05_training.ipynb").read_text(encoding="utf-8"))
+    (cell,) = [c for c in book["cells"] if c["cell_type"] == "code" and "multi30k_full_metrics.json" in "".join(c["source"])]
+    results = tmp_path / "repo" / "book" / "results"  # as evaluation.RESULTS_DIR is in a clone
+    results.mkdir(parents=True)
+    (results / "multi30k_full_metrics.json").write_text((results_run / "metrics.json").read_text())
+    shown: list = []
+    namespace = {"pd": pd, "display": shown.append, "training_curves_chart": training_curves_chart,
+                 "committed_results": functools.partial(evaluation.committed_results, results),
+                 **{name: getattr(evaluation, name) for name in ("describe_run", "results_table", "bleu_table")}}
+    exec("".join(cell["source"]), namespace)  # noqa: S102 - the chapter's own code
+    frames = [s for s in shown if isinstance(s, pd.DataFrame)]
+    assert list(frames[0].index) == ["val", "test"] and "loss" in frames[0].columns
+    assert list(frames[1].index) == ["greedy", "beam 2"] and list(frames[1].columns) == ["BLEU", "BLEU, lowercased"]
+
+
+def test_when_validation_prefers_the_average_it_is_written_to_model_pt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prepare_multi30k(FIXTURE, checksums=FIXTURE_SHA256, min_freq=1).save(tmp_path / "data.pt")
+    real_evaluate, calls = train.evaluate, []
+
+    def average_looks_better(*args, **kwargs):  # the selection evaluates "last" first, then the average
+        metrics = real_evaluate(*args, **kwargs)
+        calls.append(metrics["loss"])
+        return {**metrics, "loss": metrics["loss"] - 10.0} if len(calls) == 2 else metrics
+
+    monkeypatch.setattr(train, "evaluate", average_looks_better)
+    run = list(RESULTS_RUN)
+    run[run.index("--bleu") + 1] = "off"  # selection by validation loss
+    metrics = train.main([*run, "--data", str(tmp_path / "data.pt"), "--out", str(tmp_path / "run")])
+    assert metrics["selection"]["chosen"] == "average of last 2" and metrics["selection"]["checkpoint"] == "model.pt"
+    averaged = average_checkpoints(sorted((tmp_path / "run" / "weights").iterdir()))
+    saved = load_checkpoint(tmp_path / "run" / "model.pt")
+    assert saved["selected"] == "average of last 2" and saved["step"] == 12
+    assert all(torch.equal(saved["model_state"][k], v) for k, v in averaged.items())
+    assert metrics["final"]["val"]["loss"] == pytest.approx(calls[1])  # the final numbers are the average's
+    from transformer_lib.translate import Translator
+
+    Translator.from_checkpoint(tmp_path / "run" / "model.pt")  # usable for translation

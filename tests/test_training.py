@@ -319,6 +319,7 @@ def test_training_lowers_the_loss(tmp_path: Path) -> None:
         ({"amp": "fp8"}, "amp"),
         ({"max_steps": 2.5}, "max_steps"),
         ({"target_exact_match": 2}, "target_exact_match"),
+        ({"keep_weights": -1}, "keep_weights"),
     ],
 )
 def test_train_config_rejects_bad_settings(kwargs: dict, message: str) -> None:
@@ -336,6 +337,100 @@ def test_autocast_is_off_on_cpu_by_default() -> None:
         assert torch.mm(torch.randn(2, 2), torch.randn(2, 2)).dtype == torch.float32
     with pytest.raises(ValueError, match="amp"):
         training.autocast_context(torch.device("cpu"), "fp16")
+
+
+def test_epochs_record_their_mean_training_loss_and_resume_exactly(tmp_path: Path) -> None:
+    whole = _trainer(tmp_path / "a", max_steps=13, eval_every=None)  # 80 pairs in batches of 16: 5 per epoch
+    whole.fit()
+    epochs = whole.history["epochs"]
+    assert [(r["epoch"], r["step"]) for r in epochs] == [(1, 5), (2, 10)]
+    assert all(r["train_tokens"] > 80 for r in epochs)  # every target token and <eos> of the 80 pairs
+    for r, first in zip(epochs, (0, 5)):  # a token-weighted mean of the epoch's per-update losses (log_every=1)
+        losses = [t["loss"] for t in whole.history["train"][first : first + 5]]
+        assert min(losses) < r["train_loss"] < max(losses)
+    assert all("elapsed_s" in r for r in whole.history["val"])
+
+    first = _trainer(tmp_path / "b", max_steps=7, eval_every=None)
+    first.fit()  # stops mid-epoch 2: the epoch's running sums go into the checkpoint
+    resumed = _trainer(tmp_path / "b", max_steps=13, eval_every=None)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "b" / "checkpoint.pt"))
+    resumed.fit()
+    without_time = [{k: v for k, v in r.items() if k != "elapsed_s"} for r in epochs]
+    assert [{k: v for k, v in r.items() if k != "elapsed_s"} for r in resumed.history["epochs"]] == without_time
+
+
+def test_compiled_training_saves_the_plain_modules_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile wraps the model (``_orig_mod.`` prefixes); checkpoints must not see the wrapper.
+
+    The eager backend runs the captured graphs without generating code, so the numbers are those of
+    the plain model (inductor's fused kernels, used on a GPU, round differently).
+    """
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module: real_compile(module, backend="eager"))
+    plain = _trainer(tmp_path / "plain", max_steps=4)
+    plain.fit()
+    compiled = _trainer(tmp_path / "compiled", max_steps=4, compile=True)
+    assert compiled.train_module is not compiled.model
+    compiled.fit()
+    saved = load_checkpoint(tmp_path / "compiled" / "checkpoint.pt")["model_state"]
+    assert list(saved) == list(plain.model.state_dict())  # no "_orig_mod." prefix
+    assert [r["loss"] for r in compiled.history["train"]] == pytest.approx([r["loss"] for r in plain.history["train"]], rel=1e-5)
+    resumed = _trainer(tmp_path / "compiled", max_steps=6, compile=True)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "compiled" / "checkpoint.pt"))  # loads into the plain module
+    resumed.fit()
+    assert resumed.step == 6
+
+
+# --- checkpoint averaging ------------------------------------------------------------------------
+
+
+def test_average_checkpoints_is_the_elementwise_mean() -> None:
+    states = [_tiny_model(seed=seed).state_dict() for seed in range(3)]
+    averaged = training.average_checkpoints(states)
+    assert list(averaged) == list(states[0])
+    for name in states[0]:
+        expected = sum(s[name].double() for s in states) / 3
+        torch.testing.assert_close(averaged[name], expected.to(states[0][name].dtype), rtol=0, atol=1e-7)
+    same = training.average_checkpoints([states[1]] * 4)
+    assert all(torch.equal(same[k], v) for k, v in states[1].items())  # the mean of copies is the copy
+
+
+def test_averaged_weights_load_into_the_model_and_tied_weights_stay_tied() -> None:
+    model = _tiny_model()
+    model.load_state_dict(training.average_checkpoints([_tiny_model(seed=1).state_dict(), _tiny_model(seed=2).state_dict()]))
+    assert model.generator.weight is model.tgt_embed.weight
+
+
+def test_average_checkpoints_reads_files(tmp_path: Path) -> None:
+    a, b = _checkpoint(1.0), _checkpoint(3.0)
+    save_checkpoint(tmp_path / "a.pt", a)
+    torch.save({"step": 7, "model_state": b["model_state"]}, tmp_path / "step_0000007.pt")
+    averaged = training.average_checkpoints([tmp_path / "a.pt", tmp_path / "step_0000007.pt"])
+    assert torch.equal(averaged["weight"], torch.full((2, 2), 2.0))
+
+
+@pytest.mark.parametrize(
+    ("states", "message"),
+    [
+        ([], "at least one"),
+        ([{"w": torch.ones(2)}, {"v": torch.ones(2)}], "different weights"),
+        ([{"w": torch.ones(2)}, {"w": torch.ones(3)}], "different shapes"),
+        ([{"n": torch.tensor(1)}, {"n": torch.tensor(2)}], "not floating point and differs"),
+    ],
+)
+def test_average_checkpoints_refuses_what_cannot_be_averaged(states: list, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        training.average_checkpoints(states)
+
+
+def test_trainer_keeps_the_weights_of_its_last_checkpoints(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_steps=12, eval_every=None, checkpoint_every=3, keep_weights=2)
+    trainer.fit()
+    kept = training.kept_weights(tmp_path / "weights")
+    assert [p.name for p in kept] == ["step_0000009.pt", "step_0000012.pt"]
+    last = torch.load(kept[-1], weights_only=True)
+    assert last["step"] == 12
+    assert all(torch.equal(last["model_state"][k], v) for k, v in trainer.model.state_dict().items())
 
 
 # --- checkpoint files ----------------------------------------------------------------------------

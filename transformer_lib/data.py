@@ -656,6 +656,7 @@ def prepare_multi30k(
         "tokenizer": "spacy.blank",
         "min_freq": min_freq,
         "train_size": len(text["train"]),
+        "train_subset": train_size is not None,  # a random subset (train_size) rather than every pair
         "source_format": SOURCE_FORMAT,
     }
     return PreparedTranslation(src_vocab, tgt_vocab, data, text, settings)
@@ -747,6 +748,15 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
     Iteration is reproducible: epoch ``e`` of seed ``s`` always yields the same batches (call
     :meth:`set_epoch` before each epoch), and it does not touch the global random state.
 
+    **Several processes** (``num_replicas > 1``, one per GPU under ``torchrun``): every process
+    builds the same *global* batches (same seed, same epoch) and takes its own slice of each one,
+    every ``num_replicas``-th example starting at ``rank``. So ``batch_size`` is the global batch
+    whatever the number of processes, every process gets the same number of batches, and each
+    example of an epoch goes to exactly one process. The slices are strided rather than contiguous
+    because a bucketed batch is sorted by length: striding gives every process the same mix of
+    lengths, so none waits for another. A final batch with fewer examples than processes cannot be
+    sliced; it is merged into the batch before it (so nothing is lost).
+
     Args:
         lengths: one sort key per example (a length, or a tuple such as ``(src_len, tgt_len)``).
         batch_size: examples per batch.
@@ -756,6 +766,15 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         shuffle: shuffle examples and batch order (``False``: keep dataset order, for evaluation).
         drop_last: drop a final smaller batch.
         seed: base seed; epoch ``e`` uses ``seed + e``.
+        num_replicas: number of processes sharing each batch (the DDP world size).
+        rank: this process's index in ``[0, num_replicas)``.
+
+    Example:
+        >>> global_batches = BucketBatchSampler([1, 2, 3, 4, 5], 4, shuffle=False).batches()
+        >>> global_batches
+        [[0, 1, 2, 3], [4]]
+        >>> [BucketBatchSampler([1, 2, 3, 4, 5], 4, shuffle=False, num_replicas=2, rank=r).batches() for r in (0, 1)]
+        [[[0, 2, 4]], [[1, 3]]]
     """
 
     def __init__(
@@ -768,12 +787,23 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         shuffle: bool = True,
         drop_last: bool = False,
         seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
     ) -> None:
-        for name, value in (("batch_size", batch_size), ("pool_batches", pool_batches)):
+        for name, value in (("batch_size", batch_size), ("pool_batches", pool_batches), ("num_replicas", num_replicas)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be an integer in [0, {num_replicas - 1}] (num_replicas={num_replicas}), got {rank!r}")
         if len(lengths) == 0:
             raise ValueError("lengths is empty: there is nothing to batch")
+        if batch_size < num_replicas:
+            raise ValueError(
+                f"batch_size={batch_size} is the global batch, shared by num_replicas={num_replicas} processes; "
+                f"it must be at least {num_replicas} so that each gets an example"
+            )
+        if len(lengths) < num_replicas:
+            raise ValueError(f"{len(lengths)} examples are too few to give each of num_replicas={num_replicas} processes one")
         self.lengths = list(lengths)
         self.batch_size = batch_size
         self.bucket = bucket
@@ -782,12 +812,14 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.drop_last = drop_last
         self.seed = seed
         self.epoch = 0
+        self.num_replicas = num_replicas
+        self.rank = rank
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def batches(self) -> list[list[int]]:
-        """The batches of the current epoch, in order."""
+    def global_batches(self) -> list[list[int]]:
+        """The batches of the current epoch, in order, before they are sliced across processes."""
         n = len(self.lengths)
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         order = torch.randperm(n, generator=generator).tolist() if self.shuffle else list(range(n))
@@ -797,17 +829,26 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         batches = [order[start : start + self.batch_size] for start in range(0, n, self.batch_size)]
         if self.drop_last and len(batches[-1]) < self.batch_size:
             batches.pop()
+        elif len(batches[-1]) < self.num_replicas:  # too small to give every process an example
+            batches[-2].extend(batches.pop())
         if self.shuffle and self.bucket:
             # sorted pools would otherwise feed short batches first and long ones last
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
         return batches
+
+    def batches(self) -> list[list[int]]:
+        """This process's batches of the current epoch: its slice of each global batch, in order."""
+        return [batch[self.rank :: self.num_replicas] for batch in self.global_batches()]
 
     def __iter__(self) -> Iterator[list[int]]:
         return iter(self.batches())
 
     def __len__(self) -> int:
         n = len(self.lengths)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        if self.drop_last:
+            return n // self.batch_size
+        full, rest = divmod(n, self.batch_size)
+        return full + (1 if rest >= self.num_replicas else 0)
 
 
 def padding_waste(batches: Iterable[Sequence[int]], lengths: Sequence[int]) -> float:
@@ -839,17 +880,21 @@ def make_loader(
     bos_id: int = 2,
     eos_id: int = 3,
     pin_memory: bool = False,
+    num_replicas: int = 1,
+    rank: int = 0,
 ) -> torch.utils.data.DataLoader:
     """A ``DataLoader`` of :class:`Batch` es over ``data``, length-bucketed (see :class:`BucketBatchSampler`).
 
     The loader has its own random generator, so iterating it leaves the global random state
     (which dropout uses) alone: what makes a resumed run repeat an uninterrupted one exactly.
+    With ``num_replicas`` processes, ``batch_size`` is the global batch and this process
+    (``rank``) gets its slice of each one.
     """
     # Sort by the longer side first: both source and target batches then need little padding.
     keys = [(max(s, t), s, t) for s, t in zip(data.src_lengths, data.tgt_lengths)]
     sampler = BucketBatchSampler(
         keys, batch_size,
-        bucket=bucket, pool_batches=pool_batches, shuffle=shuffle, seed=seed,
+        bucket=bucket, pool_batches=pool_batches, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank,
     )
     return torch.utils.data.DataLoader(
         data,

@@ -10,7 +10,8 @@ Older Multi30k papers often report BLEU on lowercased, pre-tokenized text, which
 numbers; :func:`bleu_scores` reports a lowercased score next to the cased one, labelled as such.
 
 Results of longer runs, committed with the book as ``book/results/*.json``, are read and shown by
-:func:`committed_results`, :func:`describe_run` and :func:`results_table` (chapters 5 and 6).
+:func:`committed_results`, :func:`describe_run`, :func:`results_table` and :func:`bleu_table`
+(chapters 5 and 6).
 
 This module imports nothing from the model.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "committed_results",
     "describe_run",
     "results_table",
+    "bleu_table",
 ]
 
 _WORD_END = re.compile(r"[^\W_]$")  # the token ends with a letter or digit
@@ -245,9 +247,9 @@ def committed_results(folder: str | Path | None = None) -> dict[str, dict[str, A
     """The metrics files committed with the book, by name (the file name without ``.json``).
 
     Each file is the ``metrics.json`` that ``python -m transformer_lib.train`` writes (the command,
-    the hardware, the settings, the final metrics per split, the loss history), copied into
-    ``book/results/``, e.g. ``multi30k_full_metrics.json``. A split's metrics may also hold
-    ``"bleu"`` (cased sacreBLEU) and ``"bleu_signature"``; :func:`results_table` shows them.
+    the hardware, the settings, the final metrics per split, the loss history and, with ``--bleu``,
+    the BLEU of greedy and beam decoding), copied into ``book/results/``, e.g.
+    ``multi30k_full_metrics.json``.
 
     Args:
         folder: where to look (default :data:`RESULTS_DIR`).
@@ -279,7 +281,8 @@ def committed_results(folder: str | Path | None = None) -> dict[str, dict[str, A
 
 
 def describe_run(metrics: Mapping[str, Any]) -> str:
-    """How a run was made, in three lines: its command, its hardware, its size and duration.
+    """How a run was made: its command, its hardware, its size and duration (and, when it was
+    scored, the sacreBLEU signature of its test BLEU).
 
     Example:
         >>> print(describe_run({"command": "python -m transformer_lib.train --task reverse --out r",
@@ -299,21 +302,42 @@ def describe_run(metrics: Mapping[str, Any]) -> str:
     if "training_time_s" in metrics:
         size.append(f"{metrics['training_time_s'] / 60:.1f} min of training")
     lines = [f"command:  {metrics['command']}", f"hardware: {where} | torch {hardware.get('torch', '?')}"]
-    return "\n".join(lines + ([", ".join(size)] if size else []))
+    if size:
+        lines.append(", ".join(size))
+    test_bleu = (metrics.get("bleu") or {}).get("test") or {}
+    if "greedy" in test_bleu:
+        lines.append(f"sacreBLEU: {test_bleu['greedy']['cased']['signature']}")
+    return "\n".join(lines)
 
 
 def results_table(metrics: Mapping[str, Any]) -> Any:
     """A run's final metrics as a ``pandas.DataFrame``, one row per split.
 
-    Columns, where the run has them: ``loss`` (cross-entropy per target token), ``ppl``,
-    ``token_accuracy``, ``exact_match`` (toy tasks only: no translation is ever exactly its
-    reference), ``bleu`` and ``bleu_signature``.
+    Columns: ``loss`` (cross-entropy per target token), ``ppl``, ``token_accuracy``, and for toy
+    tasks ``exact_match`` (no translation is ever exactly its reference).
     """
     import pandas as pd  # imported lazily: only showing results needs it
 
-    columns = ["loss", "ppl", "token_accuracy", "bleu", "bleu_signature"]
+    columns = ["loss", "ppl", "token_accuracy"]
     if metrics.get("task") != "multi30k":
-        columns.insert(3, "exact_match")
+        columns.append("exact_match")
     frame = pd.DataFrame.from_dict(dict(metrics["final"]), orient="index")
     frame.index.name = "split"
     return frame[[c for c in columns if c in frame.columns]]
+
+
+def bleu_table(metrics: Mapping[str, Any], split: str = "test") -> Any:
+    """A run's BLEU on ``split``, one row per decoding (``greedy``, ``beam 4``, ...), or ``None``.
+
+    Columns ``BLEU`` (cased: the number to report) and ``BLEU, lowercased`` (for older papers);
+    :func:`describe_run` gives the signature. ``None`` when the run was not scored (``--bleu off``).
+    """
+    import pandas as pd  # imported lazily: only showing results needs it
+
+    scored = (metrics.get("bleu") or {}).get(split)
+    if not scored:
+        return None
+    rows = {name: {"BLEU": r["cased"]["score"], "BLEU, lowercased": r["lowercased"]["score"]} for name, r in scored.items()}
+    frame = pd.DataFrame.from_dict(rows, orient="index").round(2)
+    frame.index.name = "decoding"
+    return frame

@@ -4,14 +4,25 @@ Examples::
 
     python -m transformer_lib.train --task reverse --out runs/reverse          # a minute on a laptop CPU
     python -m transformer_lib.train --task multi30k --profile full --out runs/multi30k
-    # a GPU machine without the data or spaCy's network: prepare on another machine, copy data.pt
+    # a GPU machine without the data or spaCy: prepare on another machine, copy data.pt
     python -m transformer_lib.train --task multi30k --prepare-only --out runs/m30k-data
     python -m transformer_lib.train --task multi30k --data runs/m30k-data/data.pt --out runs/multi30k
+    # several GPUs of one machine: one process each (the batch size stays the global batch)
+    torchrun --standalone --nproc-per-node 4 -m transformer_lib.train --task multi30k --data DATA --out OUT
 
 The output folder gets ``checkpoint.pt`` (the latest state; see :mod:`transformer_lib.training`
-for its contents), ``metrics.json`` (settings, hardware, the loss history, final metrics) and
-``loss.png``. Run the same command again and it resumes from ``checkpoint.pt``: an interrupted
-run loses at most the work since its last checkpoint. ``--restart`` starts over instead.
+for its contents), ``metrics.json`` (the results file: settings, the command, hardware and
+software versions, losses per epoch and per logging window, validation and test metrics, BLEU
+greedy and beam with sacrebleu's signature) and ``loss.png``. Run the same command again and it
+resumes from ``checkpoint.pt``: an interrupted run loses at most the work since its last
+checkpoint. ``--restart`` starts over instead.
+
+BLEU (``--bleu``): ``final`` decodes the validation and test sets at the end, greedy and with a
+beam; ``epoch`` also decodes the validation set (greedy) at every validation, which picks the
+model and measures the time until validation BLEU first reaches ``--bleu-threshold``. With
+``--average-last N`` the weights of the last ``N`` checkpoints are kept and averaged at the end;
+the average replaces the last weights only if validation says it is better. The test set is
+decoded once, at the end, and never chooses anything.
 
 Defaults depend on the task and the profile (``--profile``, else ``TRANSFORMER_BOOK_PROFILE``,
 else ``full`` with a CUDA GPU and ``fast`` without); every one can be overridden by its option.
@@ -20,16 +31,20 @@ else ``full`` with a CUDA GPU and ``fast`` without); every one can be overridden
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from .data import (
     SOURCE_FORMAT,
@@ -38,15 +53,34 @@ from .data import (
     TranslationData,
     Vocab,
     make_loader,
+    pad_sequences,
     prepare_multi30k,
     toy_task,
     toy_vocab,
 )
+from .evaluation import bleu_scores
 from .model import PRESETS, Transformer, TransformerConfig, count_parameters
 from .profile import PROFILE_ENV, current_profile
-from .training import Trainer, TrainConfig, evaluate, load_checkpoint
+from .training import (
+    DistributedSetup,
+    Trainer,
+    TrainConfig,
+    average_checkpoints,
+    evaluate,
+    kept_weights,
+    load_checkpoint,
+    save_checkpoint,
+    setup_distributed,
+    teardown_distributed,
+    wait_for_all,
+)
+from .translate import Translator
 
-__all__ = ["TASKS", "DEFAULTS", "main", "parse_args", "resolve_settings", "build_model"]
+__all__ = ["TASKS", "DEFAULTS", "METRICS_FORMAT_VERSION", "main", "parse_args", "resolve_settings", "build_model", "translation_bleu"]
+
+# Version of the metrics.json layout (the results file); 2 added BLEU, per-epoch losses, software
+# versions, model selection and the distributed setup to version 1's settings and loss history.
+METRICS_FORMAT_VERSION = 2
 
 TASKS = (*TOY_TASKS, "multi30k")
 
@@ -60,6 +94,7 @@ _TOY = dict(
     preset="tiny", dropout=0.0, n_train=20000, n_heldout=1000, n_symbols=10, min_len=1, max_len=8,
     batch_size=64, schedule="cosine", lr=3e-3, warmup=100, label_smoothing=0.1, clip_norm=1.0,
     epochs=None, max_steps=800, eval_every=50, target_exact_match=1.0, log_every=25,
+    bleu="off", beam_size=4, bleu_threshold=None, average_last=0,
 )
 DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "toy": {"fast": dict(_TOY), "full": dict(_TOY)},
@@ -69,12 +104,16 @@ DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
             preset="tiny", dropout=None, train_size=3000, min_freq=2, batch_size=32, schedule="cosine",
             lr=3e-3, warmup=20, label_smoothing=0.1, clip_norm=1.0, epochs=1, max_steps=None,
             eval_every=25, target_exact_match=None, log_every=5,
+            bleu="off", beam_size=4, bleu_threshold=None, average_last=0,
         ),
-        # All 29,000 pairs, the multi30k preset (d_model 256, 3+3 layers): a GPU run.
+        # All 29,000 pairs, the multi30k preset (d_model 256, 3+3 layers): a GPU run. Validation
+        # BLEU (greedy) after every epoch, the last 5 epochs' weights averaged if validation prefers it;
+        # 36.5 is the BLEU a popular tutorial reports (issue 7 asks for the time to reach it).
         "full": dict(
             preset="multi30k", dropout=None, train_size=None, min_freq=2, batch_size=128, schedule="cosine",
             lr=5e-4, warmup=800, label_smoothing=0.1, clip_norm=1.0, epochs=20, max_steps=None,
             eval_every=None, target_exact_match=None, log_every=50,
+            bleu="epoch", beam_size=4, bleu_threshold=36.5, average_last=5,
         ),
     },
 }
@@ -93,6 +132,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--restart", action="store_true", help="ignore an existing checkpoint in --out and start over")
     parser.add_argument("--device", default="auto", help="'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:1', ...")
     parser.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the training forward pass (worth it on a GPU)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (TQDM_DISABLE=1 does too)")
     train = parser.add_argument_group("training (defaults depend on task and profile)")
@@ -110,6 +150,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
     train.add_argument("--target-exact-match", type=float, default=None, help="stop at this validation exact match (0: never)")
     train.add_argument("--log-every", type=int, default=None)
+    train.add_argument("--average-last", type=int, default=None, metavar="N",
+                       help="keep the last N checkpoints' weights and try their average at the end (0: off)")
     toy = parser.add_argument_group("toy tasks (copy, reverse)")
     toy.add_argument("--n-train", type=int, default=None)
     toy.add_argument("--n-heldout", type=int, default=None, help="held-out sequences, never seen in training")
@@ -119,16 +161,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m30k = parser.add_argument_group("multi30k")
     m30k.add_argument("--data-dir", type=Path, default=None, help="folder with the .gz files (default: $MULTI30K_DIR, else download to the cache)")
     m30k.add_argument("--data", type=Path, default=None, help="prepared data from --prepare-only (skips tokenizing)")
-    m30k.add_argument("--prepare-only", action="store_true", help="tokenize and write OUT/data.pt, then stop")
+    m30k.add_argument("--prepare-only", action="store_true",
+                      help="tokenize and write OUT/data.pt, then stop (for the full profile unless --profile says otherwise)")
     m30k.add_argument("--train-size", type=int, default=None, help="train on a random subset of this many pairs")
     m30k.add_argument("--min-freq", type=int, default=None)
     m30k.add_argument("--lowercase", action="store_true")
+    m30k.add_argument("--bleu", choices=("off", "final", "epoch"), default=None,
+                      help="decode and score BLEU: at the end (val and test, greedy and beam), or also after every validation (val, greedy)")
+    m30k.add_argument("--beam-size", type=int, default=None, help="beam width for the final BLEU (beside greedy)")
+    m30k.add_argument("--bleu-threshold", type=float, default=None,
+                      help="with --bleu epoch: record when validation BLEU (greedy, lowercased) first reaches this")
     return parser.parse_args(argv)
 
 
 def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The run's settings: the task/profile defaults, overridden by every option given."""
-    profile = args.profile or current_profile()
+    """The run's settings: the task/profile defaults, overridden by every option given.
+
+    ``--prepare-only`` without ``--profile`` prepares the data of a full run: the file is usually
+    made on one machine (with the data and spaCy) for a full run on another (a GPU).
+    """
+    profile = args.profile or ("full" if getattr(args, "prepare_only", False) else current_profile())
     family = "toy" if args.task in TOY_TASKS else "multi30k"
     settings = dict(DEFAULTS[family][profile])
     for key, value in vars(args).items():
@@ -136,14 +188,22 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
             settings[key] = None
         elif key == "clip_norm" and value == 0:
             settings[key] = None
-        elif value is not None and (key in settings or key in ("weight_decay", "seed", "lowercase", "amp")):
+        elif value is not None and (key in settings or key in ("weight_decay", "seed", "lowercase", "amp", "compile")):
             settings[key] = value
     settings.update(task=args.task, profile=profile)
-    for key in ("batch_size", "warmup", "log_every", "n_train", "n_heldout", "n_symbols", "min_len", "max_len", "min_freq"):
+    _check_settings(settings)
+    return settings
+
+
+def _check_settings(settings: dict[str, Any]) -> None:
+    for key in ("batch_size", "warmup", "log_every", "n_train", "n_heldout", "n_symbols", "min_len", "max_len", "min_freq", "beam_size"):
         value = settings.get(key)
         if value is not None and value < 1:
             raise ValueError(f"--{key.replace('_', '-')} must be at least 1, got {value}")
-    return settings
+    if settings.get("average_last", 0) < 0:
+        raise ValueError(f"--average-last must be 0 (off) or more, got {settings['average_last']}")
+    if settings["task"] in TOY_TASKS and settings.get("bleu", "off") != "off":
+        raise ValueError(f"--bleu {settings['bleu']}: BLEU scores translations; the {settings['task']!r} task has exact match instead")
 
 
 def _device(name: str) -> torch.device:
@@ -155,18 +215,47 @@ def _device(name: str) -> torch.device:
     return device
 
 
-def _hardware(device: torch.device) -> dict[str, Any]:
+def _hardware(device: torch.device, processes: DistributedSetup) -> dict[str, Any]:
     info: dict[str, Any] = {
         "device": str(device),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "processes": processes.world_size,
     }
     if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
+        properties = torch.cuda.get_device_properties(device)
+        info.update(
+            gpu=torch.cuda.get_device_name(device),
+            gpu_memory_gib=round(properties.total_memory / 2**30, 1),
+            gpus_on_machine=torch.cuda.device_count(),
+        )
     return info
+
+
+def _software() -> dict[str, Any]:
+    """Versions of everything that can change the numbers, and the commit of this code."""
+    versions: dict[str, Any] = {"python": platform.python_version()}
+    for package in ("torch", "numpy", "sacrebleu", "sacremoses", "spacy", "tqdm"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    versions["cuda"] = torch.version.cuda
+    versions["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    repository = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True, text=True, timeout=10)
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repository,
+                                 capture_output=True, text=True, timeout=10)
+        versions["git_commit"] = (commit.stdout.strip() or None) if commit.returncode == 0 else None
+        versions["git_uncommitted_changes"] = bool(changed.stdout.strip()) if changed.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        versions["git_commit"] = versions["git_uncommitted_changes"] = None
+    return versions
 
 
 def build_model(model_config: dict[str, Any]) -> Transformer:
@@ -183,23 +272,55 @@ def _toy_data(settings: dict[str, Any]) -> tuple[Vocab, TranslationData, Transla
     return toy_vocab(settings["n_symbols"]), train, heldout, {**described, "source_format": SOURCE_FORMAT}
 
 
-def _multi30k_data(settings: dict[str, Any], args: argparse.Namespace, out: Path) -> PreparedTranslation:
+def _multi30k_data(settings: dict[str, Any], args: argparse.Namespace, out: Path, processes: DistributedSetup,
+                   device: torch.device, cached_exists: bool) -> PreparedTranslation:
+    """The prepared data: ``--data``, else ``OUT/data.pt`` if it was there when the run started, else tokenize."""
     cached = out / "data.pt"
     if args.data is not None:
-        prepared = PreparedTranslation.load(args.data)
-    elif cached.is_file() and not args.restart and not args.prepare_only:
-        prepared = PreparedTranslation.load(cached)
-    else:
+        return PreparedTranslation.load(args.data)
+    if cached_exists and not args.restart and not args.prepare_only:
+        return PreparedTranslation.load(cached)
+    if processes.is_main:  # one process tokenizes; the others wait for its file
+        what = "all pairs" if settings["train_size"] is None else f"a random {settings['train_size']:,} pairs"
+        print(f"preparing {what} of the training split ({settings['profile']} profile)", flush=True)
         print(f"tokenizing Multi30k (spaCy blank tokenizers, min_freq={settings['min_freq']}) ...", flush=True)
         prepared = prepare_multi30k(
             args.data_dir, lowercase=settings.get("lowercase", False), min_freq=settings["min_freq"],
             train_size=settings["train_size"], seed=settings["seed"],
         )
         prepared.save(cached)
-    return prepared
+    wait_for_all(device)
+    return prepared if processes.is_main else PreparedTranslation.load(cached)
 
 
-def _check_lengths(data: TranslationData, max_len: int, split: str) -> TranslationData:
+def _check_prepared(prepared: PreparedTranslation, settings: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
+    """The prepared data decide how text became ids; refuse data that contradict the run.
+
+    A full run on a subset (data prepared with the fast profile) fails here rather than train
+    quietly on a tenth of the data; so do options given explicitly that the data contradict.
+    Afterwards ``settings`` record what the data hold.
+    """
+    made = prepared.settings
+    if settings["train_size"] is None and made.get("train_subset"):
+        raise ValueError(
+            f"{path} holds a random subset of {made['train_size']:,} training pairs, but this run ({settings['profile']} "
+            f"profile) trains on all of them; prepare the data with `--prepare-only --profile {settings['profile']}`, "
+            f"or pass --train-size {made['train_size']} to train on the subset"
+        )
+    if args.train_size is not None and made.get("train_size") != args.train_size:
+        raise ValueError(f"{path} holds {made.get('train_size')} training pairs but --train-size is {args.train_size}")
+    if args.min_freq is not None and made.get("min_freq") != args.min_freq:
+        raise ValueError(f"{path} was prepared with min_freq={made.get('min_freq')} but --min-freq is {args.min_freq}")
+    if args.lowercase and not made.get("lowercase"):
+        raise ValueError(f"{path} was prepared without --lowercase; prepare it again with --lowercase")
+    settings.update(
+        train_size=made["train_size"] if made.get("train_subset") else None,
+        min_freq=made.get("min_freq", settings["min_freq"]),
+        lowercase=made.get("lowercase", False),
+    )
+
+
+def _check_lengths(data: TranslationData, max_len: int, split: str, say: Any = print) -> TranslationData:
     """Drop (train) or refuse (other splits) pairs longer than the model's positional table."""
     fits = [i for i, (s, t) in enumerate(zip(data.src_lengths, data.tgt_lengths)) if max(s, t) + 1 <= max_len]
     if len(fits) == len(data):
@@ -207,17 +328,89 @@ def _check_lengths(data: TranslationData, max_len: int, split: str) -> Translati
     longest = max(max(s, t) for s, t in zip(data.src_lengths, data.tgt_lengths))
     if split != "train":
         raise ValueError(f"the {split} split has a sentence of {longest} tokens; the model's max_len={max_len} allows {max_len - 1}")
-    print(f"dropping {len(data) - len(fits)} training pairs longer than {max_len - 1} tokens", flush=True)
+    say(f"dropping {len(data) - len(fits)} training pairs longer than {max_len - 1} tokens")
     return data.subset(fits)
 
 
+@torch.no_grad()
+def translation_bleu(
+    model: Transformer,
+    data: TranslationData,
+    references: list[str],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    data_settings: dict[str, Any],
+    *,
+    beam_size: int = 1,
+    batch_size: int = 128,
+    device: torch.device | str = "cpu",
+) -> dict[str, Any]:
+    """Decode the source side of ``data`` (token ids) and score it against the raw ``references``.
+
+    The ids come from prepared data, so no tokenizer (spaCy) runs; the output is detokenized with
+    Moses' rules (``sacremoses``) and scored by sacrebleu, cased and lowercased, as
+    ``python -m transformer_lib.translate --eval`` does (same decoding, same length limits). With
+    several processes each decodes every ``world_size``-th sentence and all of them get every
+    translation back, so each returns the same scores.
+
+    Returns:
+        ``{"cased": {...}, "lowercased": {...}, "seconds": float, "translations": [str, ...]}``,
+        each score a :class:`~transformer_lib.evaluation.BleuScore` as a dict (score, signature,
+        n-gram precisions, brevity penalty, lengths).
+    """
+    start = time.perf_counter()
+    device = torch.device(device)
+    translator = Translator(model, src_vocab, tgt_vocab, "multi30k", dict(data_settings))
+    rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+    order = sorted(range(len(data)), key=lambda i: data.src_lengths[i])  # similar lengths per batch
+    mine = order[rank::world_size]
+    translations: dict[int, str] = {}
+    for first in range(0, len(mine), batch_size):
+        chunk = mine[first : first + batch_size]
+        src = pad_sequences([[*data.src[i], src_vocab.eos_id] for i in chunk], src_vocab.pad_id).to(device)  # (B, S)
+        src_mask = model.make_masks(src)[0]  # (B, 1, 1, S)
+        for i, row in zip(chunk, translator.translate_ids(src, src_mask, beam_size).tolist()):
+            translations[i] = translator.detokenize(translator.output_tokens(row))
+    if world_size > 1:
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, translations)
+        translations = {i: text for part in gathered for i, text in part.items()}
+    hypotheses = [translations[i] for i in range(len(data))]
+    scores = bleu_scores(hypotheses, references)
+    return {
+        "cased": asdict(scores["cased"]),
+        "lowercased": asdict(scores["lowercased"]),
+        "seconds": time.perf_counter() - start,
+        "translations": hypotheses,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the command line; returns what it writes to ``metrics.json``."""
+    """Run the command line; returns what it writes to ``metrics.json``.
+
+    Under ``torchrun`` every process runs this; process 0 prints and writes the files.
+    """
     args = parse_args(argv)
+    device = _device(args.device)
+    processes = setup_distributed(device.type)
+    try:
+        return _main(args, argv, processes, processes.device(device.type) if processes.world_size > 1 else device)
+    finally:
+        teardown_distributed(processes)
+
+
+def _main(args: argparse.Namespace, argv: list[str] | None, processes: DistributedSetup, device: torch.device) -> dict[str, Any]:
+    def say(message: str) -> None:
+        if processes.is_main:
+            print(message, flush=True)
+
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     checkpoint_path = out / "checkpoint.pt"
-    command = "python -m transformer_lib.train " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    launcher = f"torchrun --nproc-per-node {processes.world_size} -m" if processes.world_size > 1 else "python -m"
+    command = f"{launcher} transformer_lib.train " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if args.prepare_only and processes.world_size > 1:
+        raise ValueError("--prepare-only runs in one process: run it with python, not torchrun")
 
     resumed = None
     if checkpoint_path.is_file() and not args.restart and not args.prepare_only:
@@ -227,31 +420,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{checkpoint_path} is a {resumed['task']!r} run but --task is {args.task!r}; use another --out, or --restart"
             )
         settings = dict(resumed["run"])
-        # Only how long to train, where, and how to show it may change when resuming.
-        for key in ("epochs", "max_steps", "target_exact_match"):
+        # Only how long to train, where, and how to evaluate or show it may change when resuming.
+        for key in ("epochs", "max_steps", "target_exact_match", "bleu", "beam_size", "bleu_threshold"):
             if getattr(args, key) is not None:
                 settings[key] = None if (key == "target_exact_match" and getattr(args, key) == 0) else getattr(args, key)
-        print(f"resuming from {checkpoint_path} at step {resumed['step']} (settings from the checkpoint)", flush=True)
+        if args.compile:
+            settings["compile"] = True
+        _check_settings(settings)
+        say(f"resuming from {checkpoint_path} at step {resumed['step']} (settings from the checkpoint)")
     else:
         settings = resolve_settings(args)
-    device = _device(args.device)
+    data_cached = (out / "data.pt").is_file()
+    if resumed is None and not args.prepare_only and processes.is_main:
+        # A fresh run: weights kept by an earlier run in this folder must not join its average.
+        for old in [*kept_weights(out / "weights"), out / "model.pt"]:
+            old.unlink(missing_ok=True)
+    # Every process has looked for a checkpoint and data before any process writes one.
+    wait_for_all(device)
     torch.manual_seed(settings["seed"])
+    if device.type == "cuda":
+        # TF32 tensor cores for what runs in float32 (the parts autocast leaves there).
+        torch.set_float32_matmul_precision("high")
 
     if args.task in TOY_TASKS:
         vocab, train_data, val_data, data_description = _toy_data(settings)
         src_vocab = tgt_vocab = vocab
         test_data = None
+        text: dict[str, list[tuple[str, str]]] = {}
     else:
         if resumed is not None and args.data is None and not (out / "data.pt").is_file():
             raise FileNotFoundError(f"resuming a multi30k run needs its prepared data: {out / 'data.pt'} or --data")
-        prepared = _multi30k_data(settings, args, out)
+        prepared = _multi30k_data(settings, args, out, processes, device, data_cached)
         if args.prepare_only:
             sizes = {name: len(d) for name, d in prepared.splits.items()}
             print(f"wrote {out / 'data.pt'}: {sizes} pairs, vocabularies {len(prepared.src_vocab)} / {len(prepared.tgt_vocab)}")
             return {"prepared": str(out / "data.pt"), "sizes": sizes}
+        if resumed is None:
+            _check_prepared(prepared, settings, args, args.data or out / "data.pt")
         src_vocab, tgt_vocab = prepared.src_vocab, prepared.tgt_vocab
         train_data, val_data, test_data = prepared.splits["train"], prepared.splits["val"], prepared.splits.get("test")
         data_description = dict(prepared.settings)
+        text = prepared.text
 
     if resumed is not None:
         model_config = TransformerConfig.from_dict(resumed["model_config"])
@@ -263,21 +472,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             settings["preset"], src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), pad_id=src_vocab.pad_id, **overrides
         )
     model = Transformer(model_config)
-    train_data = _check_lengths(train_data, model_config.max_len, "train")
+    if processes.rank > 0:
+        # Every process starts from process 0's weights (DDP copies them); dropout differs per process.
+        torch.manual_seed(settings["seed"] + processes.rank)
+    train_data = _check_lengths(train_data, model_config.max_len, "train", say)
     _check_lengths(val_data, model_config.max_len, "val")
 
+    bleu = settings.get("bleu", "off")
     config = TrainConfig(
         epochs=settings["epochs"], max_steps=settings["max_steps"], schedule=settings["schedule"], lr=settings["lr"],
         warmup_steps=settings["warmup"], label_smoothing=settings["label_smoothing"], clip_norm=settings["clip_norm"],
         weight_decay=settings.get("weight_decay", 0.0), amp=settings.get("amp", "auto"), pad_id=tgt_vocab.pad_id,
         eval_every=settings["eval_every"], checkpoint_every=args.checkpoint_every or settings.get("checkpoint_every"),
         target_exact_match=settings["target_exact_match"], log_every=settings["log_every"],
-        progress=not args.no_progress,
+        progress=not args.no_progress, compile=settings.get("compile", False), keep_weights=settings.get("average_last", 0),
     )
     pin = device.type == "cuda"
     specials = dict(pad_id=tgt_vocab.pad_id, bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)
-    train_loader = make_loader(train_data, settings["batch_size"], seed=settings["seed"], pin_memory=pin, **specials)
-    val_loader = make_loader(val_data, max(settings["batch_size"], 256), shuffle=False, pin_memory=pin, **specials)
+    shard = dict(num_replicas=processes.world_size, rank=processes.rank)
+    eval_batch = max(settings["batch_size"], 256)
+    train_loader = make_loader(train_data, settings["batch_size"], seed=settings["seed"], pin_memory=pin, **specials, **shard)
+    val_loader = make_loader(val_data, eval_batch, shuffle=False, pin_memory=pin, **specials, **shard)
     metadata = {
         "model_config": model_config.to_dict(),
         "src_vocab": src_vocab.to_dict(),
@@ -287,57 +502,176 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "run": {k: v for k, v in settings.items() if k not in ("data", "out")},
     }
 
+    def bleu_of(split: str, beam_size: int = 1) -> dict[str, Any]:
+        references = [reference for _, reference in text[split]]
+        return translation_bleu(
+            model, prepared.splits[split], references, src_vocab, tgt_vocab, data_description,
+            beam_size=beam_size, batch_size=eval_batch, device=device,
+        )
+
+    def val_bleu(_: torch.nn.Module) -> dict[str, float]:
+        result = bleu_of("val")
+        return {"bleu": result["cased"]["score"], "bleu_lowercased": result["lowercased"]["score"]}
+
     def report(record: dict[str, float]) -> None:
         extra = f", exact match {record['exact_match']:.1%}" if args.task in TOY_TASKS else f", ppl {record['ppl']:.2f}"
-        print(f"step {record['step']:>6}  validation loss {record['loss']:.3f}{extra}", flush=True)
+        if "bleu" in record:
+            extra += f", BLEU {record['bleu']:.2f} (lowercased {record['bleu_lowercased']:.2f})"
+        say(f"step {record['step']:>6}  validation loss {record['loss']:.3f}{extra}")
 
     trainer = Trainer(
         model, train_loader, config, val_loader=val_loader, device=device, checkpoint_path=checkpoint_path,
-        metadata=metadata, on_eval=report,
+        metadata=metadata, on_eval=report, val_metrics=val_bleu if bleu == "epoch" else None,
     )
     if resumed is not None:
         trainer.load_state_dict(resumed)
-    print(
+    where = f"{processes.world_size} processes ({processes.backend}) on {device.type}" if processes.world_size > 1 else str(device)
+    say(
         f"{args.task}: {count_parameters(model):,} parameters, {len(train_data):,} training pairs, "
-        f"{trainer.total_steps} steps at most, on {device}", flush=True,
+        f"{trainer.total_steps} steps at most, on {where}"
     )
     start = time.perf_counter()
     history = trainer.fit()
     wall_s = time.perf_counter() - start
 
-    final = {"val": evaluate(trainer.model, val_loader, device=device, pad_id=config.pad_id, amp=config.amp)}
+    def evaluate_split(data: TranslationData) -> dict[str, float]:
+        loader = make_loader(data, eval_batch, shuffle=False, **specials, **shard)
+        return evaluate(model, loader, device=device, pad_id=config.pad_id, amp=config.amp, all_reduce=processes.world_size > 1)
+
+    selection = _select_weights(trainer, settings, evaluate_split, val_data, bleu_of if bleu != "off" else None, say)
+    final = {"val": evaluate_split(val_data)}
     if test_data is not None:
-        test_loader = make_loader(test_data, max(settings["batch_size"], 256), shuffle=False, **specials)
-        final["test"] = evaluate(trainer.model, test_loader, device=device, pad_id=config.pad_id, amp=config.amp)
+        final["test"] = evaluate_split(test_data)
+    bleu_results: dict[str, Any] = {}
+    examples: list[dict[str, str]] = []
+    if bleu != "off":
+        beam = settings.get("beam_size", 4)
+        for split in ("val", "test"):
+            decoded = {"greedy": bleu_of(split)}
+            if beam > 1:
+                decoded[f"beam {beam}"] = bleu_of(split, beam)
+            bleu_results[split] = {name: {k: v for k, v in r.items() if k != "translations"} for name, r in decoded.items()}
+            for name, r in decoded.items():
+                say(f"{split} BLEU, {name}: {r['cased']['score']:.2f} (lowercased {r['lowercased']['score']:.2f})")
+            if split == "test":
+                examples = [
+                    {"source": source, "reference": reference, **{name: r["translations"][i] for name, r in decoded.items()}}
+                    for i, (source, reference) in enumerate(text["test"][:5])
+                ]
+        say(f"BLEU signature: {bleu_results['test']['greedy']['cased']['signature']}")
+
     metrics = {
+        "metrics_format": METRICS_FORMAT_VERSION,
         "task": args.task,
         "command": command,
         "settings": metadata["run"],
         "data": data_description,
         "model_config": model_config.to_dict(),
         "parameters": count_parameters(model),
-        "hardware": _hardware(device),
+        "hardware": _hardware(device, processes),
+        "software": _software(),
+        "distributed": {
+            "world_size": processes.world_size,
+            "backend": processes.backend,
+            "global_batch_size": settings["batch_size"],
+        },
         "steps": trainer.step,
         "epochs": trainer.epoch + trainer.batch_in_epoch / trainer.steps_per_epoch,
         "stopped_because": trainer.stopped_because,
         "resumed_from_step": resumed["step"] if resumed is not None else None,
         "wall_time_s": wall_s,
         "training_time_s": trainer.elapsed_s,
+        "per_epoch": _per_epoch(history),
+        "time_to_bleu": _time_to_bleu(history, settings.get("bleu_threshold")) if bleu == "epoch" else None,
+        "selection": selection,
         "final": final,
+        "bleu": bleu_results or None,
+        "examples": examples,
         "history": history,
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-    _save_loss_plot(history, out / "loss.png", f"{args.task}: {metrics['parameters']:,} parameters, {trainer.step} steps")
+    written = ["checkpoint.pt", "metrics.json"] + (["model.pt"] if selection["checkpoint"] == "model.pt" else [])
+    if processes.is_main:
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        if _save_loss_plot(history, out / "loss.png", f"{args.task}: {metrics['parameters']:,} parameters, {trainer.step} steps"):
+            written.append("loss.png")
     summary = ", ".join(f"{split} loss {m['loss']:.3f} / exact match {m['exact_match']:.1%}" for split, m in final.items())
-    print(f"done ({trainer.stopped_because}) in {wall_s:.1f} s: {summary}. Wrote {out}/checkpoint.pt, metrics.json, loss.png", flush=True)
+    say(f"done ({trainer.stopped_because}) in {wall_s:.1f} s: {summary}. Wrote {', '.join(written)} in {out}")
     return metrics
 
 
-def _save_loss_plot(history: dict[str, Any], path: Path, title: str) -> None:
-    from .viz import plot_training_curves
+def _select_weights(trainer: Trainer, settings: dict[str, Any], evaluate_split: Any, val_data: TranslationData,
+                    bleu_of: Any, say: Any) -> dict[str, Any]:
+    """Keep the last weights or the average of the last N checkpoints, whichever validation prefers.
 
+    Validation BLEU (greedy, cased) decides when BLEU is on, else the validation loss. The chosen
+    weights stay in ``trainer.model``; if they are the average they are also written to
+    ``model.pt`` (a checkpoint for ``transformer_lib.translate``; ``checkpoint.pt`` keeps the
+    training state for resuming).
+    """
+    n = settings.get("average_last", 0)
+    files = kept_weights(trainer.checkpoint_path.parent / "weights") if trainer.checkpoint_path is not None else []
+    if n < 2 or len(files) < 2:
+        return {"chosen": "last", "candidates": {}, "by": None, "checkpoint": "checkpoint.pt"}
+    by = "val BLEU (greedy, cased)" if bleu_of is not None else "val loss"
+    last = {name: tensor.detach().clone() for name, tensor in trainer.model.state_dict().items()}
+    candidates: dict[str, dict[str, Any]] = {}
+    weights = {"last": last, f"average of last {len(files[-n:])}": average_checkpoints(files[-n:])}
+    for name, state in weights.items():
+        trainer.model.load_state_dict(state)
+        result: dict[str, Any] = {"val_loss": evaluate_split(val_data)["loss"]}
+        if bleu_of is not None:
+            result["val_bleu"] = bleu_of("val")["cased"]["score"]
+        if name != "last":
+            result["steps"] = [int(f.stem.split("_")[1]) for f in files[-n:]]
+        candidates[name] = result
+    key = (lambda name: candidates[name]["val_bleu"]) if bleu_of is not None else (lambda name: -candidates[name]["val_loss"])
+    chosen = max(candidates, key=key)  # ties keep "last" (first)
+    trainer.model.load_state_dict(weights[chosen])
+    say("model selection by " + by + ": " + ", ".join(
+        f"{name} {c.get('val_bleu', c['val_loss']):.3f}" for name, c in candidates.items()) + f" -> {chosen}")
+    checkpoint_name = "checkpoint.pt"
+    if chosen != "last":
+        checkpoint = trainer.checkpoint()  # every process takes part; process 0 writes
+        checkpoint_name = "model.pt"
+        if trainer.is_main:
+            save_checkpoint(trainer.checkpoint_path.parent / checkpoint_name, {**checkpoint, "selected": chosen})
+    return {"chosen": chosen, "candidates": candidates, "by": by, "checkpoint": checkpoint_name}
+
+
+def _per_epoch(history: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per completed epoch: its mean training loss, and the validation made at its end."""
+    val_at = {record["step"]: record for record in history.get("val", [])}
+    rows = []
+    for record in history.get("epochs", []):
+        row = {"epoch": record["epoch"], "step": record["step"], "train_loss": record["train_loss"], "elapsed_s": record["elapsed_s"]}
+        val = val_at.get(record["step"])
+        if val is not None:
+            row.update({f"val_{k}": v for k, v in val.items() if k in ("loss", "ppl", "token_accuracy", "bleu", "bleu_lowercased")})
+        rows.append(row)
+    return rows
+
+
+def _time_to_bleu(history: dict[str, list[dict[str, Any]]], threshold: float | None) -> dict[str, Any] | None:
+    """When validation BLEU (greedy, lowercased) first reached ``threshold``: training time, step, epoch."""
+    if threshold is None:
+        return None
+    found = next((r for r in history.get("val", []) if r.get("bleu_lowercased", float("-inf")) >= threshold), None)
+    result: dict[str, Any] = {"threshold": threshold, "metric": "validation BLEU, greedy, lowercased", "reached": found is not None}
+    if found is not None:
+        result.update(elapsed_s=found["elapsed_s"], step=found["step"], epoch=found["epoch"], bleu_lowercased=found["bleu_lowercased"])
+    return result
+
+
+def _save_loss_plot(history: dict[str, Any], path: Path, title: str) -> bool:
+    """Draw the loss curves; on a machine without the book's plotting packages, say so and go on."""
+    try:
+        from .viz import plot_training_curves
+    except ImportError as error:
+        print(f"no {path.name}: {error} (metrics.json has every number the plot would show)", flush=True)
+        return False
     ax = plot_training_curves(history, title=title)
     ax.figure.savefig(path, dpi=120)
+    return True
 
 
 if __name__ == "__main__":
