@@ -696,6 +696,13 @@ def test_search_finds_every_page_by_its_title(browser: Any, site: str) -> None:
             assert any(href.split("#")[0].endswith(path) for href in found), (
                 f"searching for {title!r} did not find {path} (found {found})"
             )
+            # Sphinx fetches each page result for its snippet (p.context) after the summary line is
+            # written; the next search's goto would abort those fetches (net::ERR_ABORTED).
+            page.wait_for_function(
+                "() => Array.from(document.querySelectorAll('#search-results ul.search li'))"
+                ".every(li => li.querySelector(':scope > span, p.context'))",
+                timeout=15_000,
+            )
         assert not record.problems(), record.problems()
 
 

@@ -218,20 +218,22 @@ def test_results_file_chooses_between_last_and_averaged_weights_by_validation(re
 
 def test_chapter_5_shows_the_committed_results_file(results_run: Path, tmp_path: Path) -> None:
     """Chapter 5 shows book/results/multi30k_full_metrics.json when the repository has one: run its cell on ours."""
-    import types
+    import functools
 
     import pandas as pd
 
+    from transformer_lib import evaluation
     from transformer_lib.viz import training_curves_chart
 
     book = json.loads((Path(__file__).parents[1] / "book" / "05_training.ipynb").read_text(encoding="utf-8"))
     (cell,) = [c for c in book["cells"] if c["cell_type"] == "code" and "multi30k_full_metrics.json" in "".join(c["source"])]
-    repository = tmp_path / "repo"
-    (repository / "book" / "results").mkdir(parents=True)
-    (repository / "book" / "results" / "multi30k_full_metrics.json").write_text((results_run / "metrics.json").read_text())
+    results = tmp_path / "repo" / "book" / "results"  # as evaluation.RESULTS_DIR is in a clone
+    results.mkdir(parents=True)
+    (results / "multi30k_full_metrics.json").write_text((results_run / "metrics.json").read_text())
     shown: list = []
-    namespace = {"Path": Path, "pd": pd, "display": shown.append, "training_curves_chart": training_curves_chart,
-                 "transformer_lib": types.SimpleNamespace(__file__=str(repository / "transformer_lib" / "__init__.py"))}
+    namespace = {"pd": pd, "display": shown.append, "training_curves_chart": training_curves_chart,
+                 "committed_results": functools.partial(evaluation.committed_results, results),
+                 **{name: getattr(evaluation, name) for name in ("describe_run", "results_table", "bleu_table")}}
     exec("".join(cell["source"]), namespace)  # noqa: S102 - the chapter's own code
     frames = [s for s in shown if isinstance(s, pd.DataFrame)]
     assert list(frames[0].index) == ["val", "test"] and "loss" in frames[0].columns

@@ -1,11 +1,12 @@
 """Tests of transformer_lib.translate: the command line translates, evaluates, and fails clearly.
 
 Checkpoints are written here from small random models, in the format ``transformer_lib.training``
-saves (every entry it writes, so that its stricter loader accepts them too).
+saves (every entry of ``CHECKPOINT_KEYS``; the translator reads them with its ``load_checkpoint``).
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import subprocess
@@ -15,11 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lib.data import Vocab, tokenizer
+from transformer_lib import data
+from transformer_lib.data import MULTI30K_SHA256, Vocab, load_multi30k, sha256_file, tokenizer
 from transformer_lib.decoding import beam_search, greedy_decode
 from transformer_lib.evaluation import corpus_bleu, detokenize
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.translate import Translator, TranslationError, main
+from transformer_lib.training import CHECKPOINT_KEYS
+from transformer_lib.translate import Translator, TranslationError, evaluate_bleu, main
 
 GERMAN = [
     "Ein Mann fährt Fahrrad.",
@@ -117,6 +120,15 @@ def test_batched_translation_keeps_the_input_order(checkpoint: Path) -> None:
     assert together == alone
 
 
+def test_translate_is_the_detokenized_translate_tokens(checkpoint: Path) -> None:
+    translator = Translator.from_checkpoint(checkpoint)
+    tokens = translator.translate_tokens(GERMAN, beam_size=2, batch_size=3)
+    assert translator.translate(GERMAN, beam_size=2, batch_size=3) == [detokenize(t, "en") for t in tokens]
+    assert not {"<eos>", "<bos>", "<pad>"} & {token for sentence in tokens for token in sentence}
+    results = evaluate_bleu(translator, list(zip(GERMAN, ENGLISH)), beam_sizes=(2,), batch_size=3)
+    assert results["beam 2"]["tokens"] == tokens
+
+
 def test_toy_task_checkpoint_reads_and_writes_symbols(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "reverse.pt"
     torch.save(checkpoint_dict(task="reverse", seed=7), path)  # a seed whose random model writes symbols
@@ -136,25 +148,33 @@ def test_the_module_runs_as_a_program(tmp_path: Path) -> None:
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120,
     )
     assert result.returncode == 2
-    assert result.stderr.startswith("error: checkpoint") and "missing.pt" in result.stderr
+    assert result.stderr.startswith("error: no checkpoint at") and "missing.pt" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_checkpoints_written_here_have_every_entry_training_writes() -> None:
+    assert set(checkpoint_dict()) == set(CHECKPOINT_KEYS)
 
 
 # --------------------------------------------------------------------------------------------------
 # Evaluating
 
 
-def write_fake_multi30k(folder: Path) -> None:
+def write_fake_multi30k(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four sentence pairs as the val and test splits, which the CLI's loader
+    (``data.load_multi30k``) accepts: it is given these files' checksums instead of the published ones."""
     folder.mkdir()
     for split in ("val", "test_2016_flickr"):
         for lang, lines in (("de", GERMAN), ("en", ENGLISH)):
             with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
                 f.write("\n".join(lines) + "\n")
+    checksums = {path.name: sha256_file(path) for path in folder.iterdir()}
+    monkeypatch.setattr("transformer_lib.translate.load_multi30k", functools.partial(load_multi30k, checksums=checksums))
 
 
-def test_eval_prints_bleu_for_greedy_and_beam(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_eval_prints_bleu_for_greedy_and_beam(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch) -> None:
     data_dir = tmp_path / "multi30k"
-    write_fake_multi30k(data_dir)
+    write_fake_multi30k(data_dir, monkeypatch)
     status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--eval", "test",
                              "--data-dir", str(data_dir), "--beam", "2")
     assert status == 0, out
@@ -173,13 +193,24 @@ def test_eval_prints_bleu_for_greedy_and_beam(checkpoint: Path, tmp_path: Path, 
 
 def test_eval_reads_multi30k_dir_from_the_environment(checkpoint: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     data_dir = tmp_path / "multi30k"
-    write_fake_multi30k(data_dir)
+    write_fake_multi30k(data_dir, monkeypatch)
     monkeypatch.setenv("MULTI30K_DIR", str(data_dir))
     status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--eval", "val",
                              "--beam", "1", "--limit", "2")
     assert status == 0
     assert out.startswith("Multi30k val: 2 sentences")
     assert "beam" not in out.split("BLEU signature")[0].split("\n", 1)[1]
+
+
+@pytest.mark.multi30k
+def test_eval_on_the_real_test_set(checkpoint: Path, real_multi30k: Path, capsys) -> None:
+    status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--eval", "test",
+                             "--data-dir", str(real_multi30k), "--beam", "1", "--limit", "3")
+    assert status == 0 and out.startswith("Multi30k test: 3 sentences, de->en")
+    german, english = zip(*load_multi30k("test", real_multi30k)[:3])
+    assert german[0].startswith("Ein Mann mit einem orangefarbenen Hut")  # the first test sentence
+    expected = corpus_bleu(Translator.from_checkpoint(checkpoint).translate(list(german)), list(english)).score
+    assert f"BLEU {expected:5.2f}" in out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -195,7 +226,7 @@ def error_of(capsys: pytest.CaptureFixture, *argv: str) -> str:
 
 def test_missing_checkpoint(tmp_path: Path, capsys) -> None:
     err = error_of(capsys, "--checkpoint", str(tmp_path / "nope.pt"), "Hallo.")
-    assert "nope.pt" in err and "not found" in err
+    assert "no checkpoint at" in err and "nope.pt" in err
 
 
 def test_a_folder_is_not_a_checkpoint(tmp_path: Path, capsys) -> None:
@@ -206,9 +237,9 @@ def test_a_folder_is_not_a_checkpoint(tmp_path: Path, capsys) -> None:
     "content, message",
     [
         (b"this is not a checkpoint", "not a transformer_lib checkpoint"),
-        ("state_dict", "no 'format_version'"),
+        ("state_dict", "without 'format_version'"),
         ("version 2", "format_version 2"),
-        ("missing vocab", "lacks ['tgt_vocab']"),
+        ("missing vocab", "lacks the checkpoint entries ['tgt_vocab']"),
         ("wrong weights", "weights do not fit"),
         ("vocab size", "tgt_vocab has"),
         ("unknown config field", "incompatible checkpoint"),
@@ -255,9 +286,26 @@ def test_eval_needs_a_multi30k_checkpoint_and_data(tmp_path: Path, checkpoint: P
     toy = tmp_path / "copy.pt"
     torch.save(checkpoint_dict(task="copy"), toy)
     assert "needs a Multi30k checkpoint" in error_of(capsys, "--checkpoint", str(toy), "--eval", "test")
+    # No folder given, none in MULTI30K_DIR, nothing in the cache and no network: say where to put the files.
     monkeypatch.delenv("MULTI30K_DIR", raising=False)
-    assert "MULTI30K_DIR" in error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test")
-    assert "not found" in error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test", "--data-dir", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def no_network(url: str, destination: Path, timeout: float = 60.0) -> None:
+        raise OSError("no network")
+
+    monkeypatch.setattr(data, "_download", no_network)
+    err = error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test")
+    assert "MULTI30K_DIR" in err and "no network" in err
+    err = error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test", "--data-dir", str(tmp_path))
+    assert "are missing from" in err and str(tmp_path) in err
+
+
+def test_eval_refuses_files_that_are_not_the_published_multi30k(tmp_path: Path, checkpoint: Path, capsys) -> None:
+    for name in MULTI30K_SHA256:
+        with gzip.open(tmp_path / name, "wt", encoding="utf-8") as f:
+            f.write("Ein Mann.\n")
+    err = error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test", "--data-dir", str(tmp_path))
+    assert "SHA-256" in err and "not the published Multi30k release" in err
 
 
 @pytest.mark.parametrize(

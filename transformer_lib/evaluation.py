@@ -9,15 +9,21 @@ exactly how it was computed (``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|vers
 Older Multi30k papers often report BLEU on lowercased, pre-tokenized text, which gives higher
 numbers; :func:`bleu_scores` reports a lowercased score next to the cased one, labelled as such.
 
+Results of longer runs, committed with the book as ``book/results/*.json``, are read and shown by
+:func:`committed_results`, :func:`describe_run`, :func:`results_table` and :func:`bleu_table`
+(chapters 5 and 6).
+
 This module imports nothing from the model.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -26,6 +32,11 @@ __all__ = [
     "corpus_bleu",
     "bleu_scores",
     "exact_match",
+    "RESULTS_DIR",
+    "committed_results",
+    "describe_run",
+    "results_table",
+    "bleu_table",
 ]
 
 _WORD_END = re.compile(r"[^\W_]$")  # the token ends with a letter or digit
@@ -145,13 +156,18 @@ def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
         raise ValueError("cannot compute BLEU on an empty corpus")
 
 
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> BleuScore:
+def corpus_bleu(
+    hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False, tokenize: str = "13a"
+) -> BleuScore:
     """Corpus-level BLEU with sacrebleu's default settings (13a tokenization, exponential smoothing).
 
     Args:
         hypotheses: the system's detokenized output, one string per sentence.
         references: the raw reference sentences, one per hypothesis.
         lowercase: score lowercased text (higher numbers; only for comparison with papers that did).
+        tokenize: sacrebleu's tokenizer. Keep the default ``"13a"`` for numbers to report;
+            ``"none"`` scores text split on spaces only, i.e. already tokenized text as older
+            scripts (``multi-bleu.perl``) did, which chapter 6 measures for comparison.
 
     Returns:
         A :class:`BleuScore`.
@@ -163,7 +179,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase:
     from sacrebleu.metrics import BLEU
 
     _check_pairs(hypotheses, references)
-    metric = BLEU(lowercase=lowercase)
+    metric = BLEU(lowercase=lowercase, tokenize=tokenize)
     result = metric.corpus_score(list(hypotheses), [list(references)])
     return BleuScore(
         score=float(result.score),
@@ -216,3 +232,112 @@ def exact_match(predictions: Sequence[Sequence[Any]], references: Sequence[Seque
 def _as_list(sequence: Sequence[Any]) -> list[Any]:
     tolist = getattr(sequence, "tolist", None)  # tensors and arrays
     return list(tolist()) if callable(tolist) else list(sequence)
+
+
+# --------------------------------------------------------------------------------------------------
+# Results of longer runs, committed with the book
+
+# book/results/ of the repository this package sits in (a clone, or the website build). Installed
+# from git (Colab) the package has no such folder, and there are no committed results to show.
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "book" / "results"
+_RUN_KEYS = ("command", "hardware", "final")
+
+
+def committed_results(folder: str | Path | None = None) -> dict[str, dict[str, Any]]:
+    """The metrics files committed with the book, by name (the file name without ``.json``).
+
+    Each file is the ``metrics.json`` that ``python -m transformer_lib.train`` writes (the command,
+    the hardware, the settings, the final metrics per split, the loss history and, with ``--bleu``,
+    the BLEU of greedy and beam decoding), copied into ``book/results/``, e.g.
+    ``multi30k_full_metrics.json``.
+
+    Args:
+        folder: where to look (default :data:`RESULTS_DIR`).
+
+    Returns:
+        ``{name: metrics}`` sorted by name; empty when the folder does not exist.
+
+    Raises:
+        ValueError: a file is not JSON, or lacks the entries every run has (``command``,
+            ``hardware``, ``final``).
+    """
+    folder = RESULTS_DIR if folder is None else Path(folder)
+    if not folder.is_dir():
+        return {}
+    results: dict[str, dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            metrics = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not valid JSON ({error}); it should be a metrics.json of the train CLI") from None
+        missing = [key for key in _RUN_KEYS if not isinstance(metrics, dict) or key not in metrics]
+        if missing:
+            raise ValueError(
+                f"{path} lacks {missing}: results files are the metrics.json that "
+                "`python -m transformer_lib.train` writes"
+            )
+        results[path.stem] = metrics
+    return results
+
+
+def describe_run(metrics: Mapping[str, Any]) -> str:
+    """How a run was made: its command, its hardware, its size and duration (and, when it was
+    scored, the sacreBLEU signature of its test BLEU).
+
+    Example:
+        >>> print(describe_run({"command": "python -m transformer_lib.train --task reverse --out r",
+        ...                     "hardware": {"device": "cpu", "torch": "2.5.0"}, "parameters": 1000,
+        ...                     "steps": 650, "training_time_s": 90.0, "final": {}}))
+        command:  python -m transformer_lib.train --task reverse --out r
+        hardware: cpu | torch 2.5.0
+        1,000 parameters, 650 steps, 1.5 min of training
+    """
+    hardware = metrics["hardware"]
+    where = hardware.get("gpu", hardware.get("device", "unknown device"))
+    size = []
+    if "parameters" in metrics:
+        size.append(f"{metrics['parameters']:,} parameters")
+    if "steps" in metrics:
+        size.append(f"{metrics['steps']:,} steps")
+    if "training_time_s" in metrics:
+        size.append(f"{metrics['training_time_s'] / 60:.1f} min of training")
+    lines = [f"command:  {metrics['command']}", f"hardware: {where} | torch {hardware.get('torch', '?')}"]
+    if size:
+        lines.append(", ".join(size))
+    test_bleu = (metrics.get("bleu") or {}).get("test") or {}
+    if "greedy" in test_bleu:
+        lines.append(f"sacreBLEU: {test_bleu['greedy']['cased']['signature']}")
+    return "\n".join(lines)
+
+
+def results_table(metrics: Mapping[str, Any]) -> Any:
+    """A run's final metrics as a ``pandas.DataFrame``, one row per split.
+
+    Columns: ``loss`` (cross-entropy per target token), ``ppl``, ``token_accuracy``, and for toy
+    tasks ``exact_match`` (no translation is ever exactly its reference).
+    """
+    import pandas as pd  # imported lazily: only showing results needs it
+
+    columns = ["loss", "ppl", "token_accuracy"]
+    if metrics.get("task") != "multi30k":
+        columns.append("exact_match")
+    frame = pd.DataFrame.from_dict(dict(metrics["final"]), orient="index")
+    frame.index.name = "split"
+    return frame[[c for c in columns if c in frame.columns]]
+
+
+def bleu_table(metrics: Mapping[str, Any], split: str = "test") -> Any:
+    """A run's BLEU on ``split``, one row per decoding (``greedy``, ``beam 4``, ...), or ``None``.
+
+    Columns ``BLEU`` (cased: the number to report) and ``BLEU, lowercased`` (for older papers);
+    :func:`describe_run` gives the signature. ``None`` when the run was not scored (``--bleu off``).
+    """
+    import pandas as pd  # imported lazily: only showing results needs it
+
+    scored = (metrics.get("bleu") or {}).get(split)
+    if not scored:
+        return None
+    rows = {name: {"BLEU": r["cased"]["score"], "BLEU, lowercased": r["lowercased"]["score"]} for name, r in scored.items()}
+    frame = pd.DataFrame.from_dict(rows, orient="index").round(2)
+    frame.index.name = "decoding"
+    return frame

@@ -20,8 +20,6 @@ its message and exits with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
-import gzip
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -32,14 +30,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .data import Vocab, tokenizer
+from .data import SOURCE_FORMAT, TOY_TASKS, Vocab, load_multi30k, pad_sequences, tokenizer
 from .decoding import beam_search, greedy_decode
 from .evaluation import BleuScore, bleu_scores, detokenize
+from .masking import padding_mask
 from .model import Transformer, TransformerConfig
+from .training import CheckpointError, load_checkpoint
 
 __all__ = [
     "TranslationError",
-    "load_checkpoint",
     "Translator",
     "read_multi30k_split",
     "evaluate_bleu",
@@ -47,56 +46,20 @@ __all__ = [
 ]
 
 # How a source sentence becomes the encoder's input, by the checkpoint's data["source_format"]:
-# (add <bos>, add <eos>). Training writes "tokens+eos" (fairseq's layout); it is the default for
-# checkpoints that do not say.
+# (add <bos>, add <eos>). Training writes data.SOURCE_FORMAT, "tokens+eos" (fairseq's layout); it
+# is the default for checkpoints that do not say.
 SOURCE_FORMATS: dict[str, tuple[bool, bool]] = {
     "tokens+eos": (False, True),
     "bos+tokens+eos": (True, True),
     "tokens": (False, False),
 }
-DEFAULT_SOURCE_FORMAT = "tokens+eos"
+DEFAULT_SOURCE_FORMAT = SOURCE_FORMAT
 # The decoder may write this many tokens more than the source has (t2t's decode_length default).
 EXTRA_OUTPUT_TOKENS = 50
-TOY_TASKS = ("copy", "reverse")
 
 
 class TranslationError(ValueError):
     """Input the translator cannot use: the message says what is wrong and what the limit is."""
-
-
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint with ``torch.load(weights_only=True)`` (no code runs while loading).
-
-    TODO(training): replace with ``transformer_lib.training.load_checkpoint`` once it is on main;
-    this stand-in follows the same contract (a dict with ``format_version`` 1, ``model_config``,
-    ``model_state``, ``src_vocab``, ``tgt_vocab``, ``task``, ``data``, ``metrics``).
-
-    Raises:
-        TranslationError: no file at ``path``, or a file that is not such a checkpoint.
-    """
-    path = Path(path)
-    if not path.is_file():
-        what = "a folder, not a checkpoint file" if path.is_dir() else "not found"
-        raise TranslationError(f"checkpoint {path} is {what}")
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as error:  # torch raises many kinds of errors for a file that is not a checkpoint
-        reason = (str(error).strip().splitlines() or [""])[0][:200]
-        raise TranslationError(
-            f"{path} is not a transformer_lib checkpoint: torch.load(weights_only=True) failed with "
-            f"{type(error).__name__}: {reason}"
-        ) from None
-    if not isinstance(checkpoint, dict) or "format_version" not in checkpoint:
-        raise TranslationError(f"{path} is not a transformer_lib checkpoint (no 'format_version' entry)")
-    if checkpoint["format_version"] != 1:
-        raise TranslationError(
-            f"{path} has checkpoint format_version {checkpoint['format_version']!r}; this version reads format 1"
-        )
-    required = ("model_config", "model_state", "src_vocab", "tgt_vocab", "task")
-    missing = [key for key in required if key not in checkpoint]
-    if missing:
-        raise TranslationError(f"{path} is an incompatible checkpoint: it lacks {missing}")
-    return checkpoint
 
 
 @dataclass
@@ -120,8 +83,15 @@ class Translator:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu") -> Translator:
-        """Rebuild the model from a checkpoint file; raises :class:`TranslationError` if it cannot."""
-        checkpoint = load_checkpoint(path, map_location=device)
+        """Rebuild the model from a checkpoint file; raises :class:`TranslationError` if it cannot.
+
+        The file is read by :func:`transformer_lib.training.load_checkpoint` (``weights_only``, so
+        no code runs while loading); its errors become :class:`TranslationError` s.
+        """
+        try:
+            checkpoint = load_checkpoint(path, map_location=device)
+        except (FileNotFoundError, CheckpointError) as error:
+            raise TranslationError(str(error)) from None
         try:
             config = TransformerConfig.from_dict(dict(checkpoint["model_config"]))
             src_vocab = Vocab.from_dict(checkpoint["src_vocab"])
@@ -202,12 +172,8 @@ class Translator:
         return self._pad(self.source_ids(sentences))
 
     def _pad(self, rows: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
-        pad_id = self.src_vocab.pad_id
-        src = torch.full((len(rows), max(map(len, rows))), pad_id, dtype=torch.long)  # (B, S)
-        for i, ids in enumerate(rows):
-            src[i, : len(ids)] = torch.tensor(ids)
-        src = src.to(self.device)
-        return src, (src != pad_id)[:, None, None, :]  # (B, S), (B, 1, 1, S)
+        src = pad_sequences(rows, self.src_vocab.pad_id).to(self.device)  # (B, S)
+        return src, padding_mask(src, self.src_vocab.pad_id)  # (B, S), (B, 1, 1, S)
 
     def output_tokens(self, ids: Sequence[int]) -> list[str]:
         """Decoder output ids to target tokens (stops at ``<eos>``, drops padding)."""
@@ -226,8 +192,11 @@ class Translator:
             return greedy_decode(self.model, src, src_mask, **ids)
         return beam_search(self.model, src, src_mask, beam_size=beam_size, **ids).sequences
 
-    def translate(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64) -> list[str]:
-        """Translate sentences (in batches of similar length) and return detokenized text, in order."""
+    def translate_tokens(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64) -> list[list[str]]:
+        """Translate sentences (in batches of similar length); the output tokens of each, in order.
+
+        Each list stops before ``<eos>``; :meth:`translate` turns them into text.
+        """
         if isinstance(sentences, str):
             raise TypeError("translate expects a list of sentences; wrap a single sentence in a list")
         if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
@@ -235,40 +204,35 @@ class Translator:
         rows = self.source_ids(sentences)  # checks every sentence before spending time on any
         # Sorting by length puts similar lengths in a batch: less padding, fewer wasted steps.
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
-        out: list[str] = [""] * len(rows)
+        out: list[list[str]] = [[] for _ in rows]
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             src, src_mask = self._pad([rows[i] for i in chunk])
             output = self.translate_ids(src, src_mask, beam_size).tolist()
             for i, row in zip(chunk, output):
-                out[i] = self.detokenize(self.output_tokens(row))
+                out[i] = self.output_tokens(row)
         return out
 
-
-# TODO(training): replace with transformer_lib.data.load_multi30k once it is on main.
-_MULTI30K_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
+    def translate(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64) -> list[str]:
+        """Translate sentences (in batches of similar length) and return detokenized text, in order."""
+        return [self.detokenize(tokens) for tokens in self.translate_tokens(sentences, beam_size, batch_size)]
 
 
 def read_multi30k_split(split: str, data_dir: str | Path | None, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
-    """``(source, reference)`` pairs of a Multi30k split, read from the raw ``.gz`` files.
+    """``(source, reference)`` pairs of a Multi30k split, by :func:`transformer_lib.data.load_multi30k`.
+
+    That function finds the files (``data_dir``, else the folder in ``MULTI30K_DIR``, else the
+    download cache) and checks their SHA-256; here its errors become :class:`TranslationError` s,
+    which the command line reports without a traceback.
 
     Args:
-        split: ``"val"`` or ``"test"`` (test_2016_flickr) or ``"train"``.
-        data_dir: the folder with the files; ``None`` reads the environment variable ``MULTI30K_DIR``.
+        split: ``"val"``, ``"test"`` (test_2016_flickr) or ``"train"``.
+        data_dir: the folder with the ``.gz`` files, or ``None``.
     """
-    if split not in _MULTI30K_FILES:
-        raise TranslationError(f"unknown Multi30k split {split!r}; choose one of {sorted(_MULTI30K_FILES)}")
-    folder = data_dir if data_dir is not None else os.environ.get("MULTI30K_DIR")
-    if not folder:
-        raise TranslationError("no Multi30k data: pass --data-dir DIR or set MULTI30K_DIR to the folder with the .gz files")
-    paths = [Path(folder) / f"{_MULTI30K_FILES[split]}.{lang}.gz" for lang in (src_lang, tgt_lang)]
-    for path in paths:
-        if not path.is_file():
-            raise TranslationError(f"Multi30k file {path} not found; --data-dir/MULTI30K_DIR must hold the raw .gz files")
-    sources, references = ([line.rstrip("\r\n") for line in gzip.open(p, "rt", encoding="utf-8")] for p in paths)
-    if len(sources) != len(references):
-        raise TranslationError(f"{paths[0]} has {len(sources)} lines but {paths[1]} has {len(references)}")
-    return list(zip(sources, references))
+    try:
+        return load_multi30k(split, data_dir, src_lang=src_lang, tgt_lang=tgt_lang)
+    except (FileNotFoundError, ValueError) as error:  # missing files, bad checksums, unknown split
+        raise TranslationError(str(error)) from None
 
 
 def evaluate_bleu(
@@ -281,14 +245,16 @@ def evaluate_bleu(
 
     Returns:
         ``{"greedy" | "beam N": {"bleu": BleuScore, "bleu_lowercased": BleuScore, "seconds": float,
-        "translations": list[str]}}``.
+        "translations": list[str], "tokens": list[list[str]]}}``: the translations detokenized (what
+        BLEU scores) and as the model's tokens.
     """
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
     results: dict[str, dict[str, Any]] = {}
     for beam_size in beam_sizes:
         start = time.perf_counter()
-        hypotheses = translator.translate(sources, beam_size=beam_size, batch_size=batch_size)
+        tokens = translator.translate_tokens(sources, beam_size=beam_size, batch_size=batch_size)
+        hypotheses = [translator.detokenize(t) for t in tokens]
         seconds = time.perf_counter() - start
         scores = bleu_scores(hypotheses, references)
         name = "greedy" if beam_size == 1 else f"beam {beam_size}"
@@ -297,6 +263,7 @@ def evaluate_bleu(
             "bleu_lowercased": scores["lowercased"],
             "seconds": seconds,
             "translations": hypotheses,
+            "tokens": tokens,
         }
     return results
 
@@ -311,7 +278,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--beam", type=int, default=None, metavar="N",
                         help="beam size (default: 1, greedy, when translating; 4 next to greedy with --eval)")
     parser.add_argument("--eval", choices=["val", "test"], help="report BLEU on this Multi30k split (greedy and beam)")
-    parser.add_argument("--data-dir", default=None, help="folder with the Multi30k .gz files (default: $MULTI30K_DIR)")
+    parser.add_argument("--data-dir", default=None,
+                        help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else the download cache)")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="with --eval: only the first N sentences")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
