@@ -6,21 +6,34 @@
     blocks      feed-forward, residual, encoder/decoder layers       chapter 4
     model       the configured encoder-decoder Transformer           chapter 4
 
+Beyond the 2017 model (chapter 7): RoPE, ALiBi and relative position biases (embeddings), a
+decoder-only model (model), sliding-window masks (masking) and linear attention (attention).
+
 Import from the modules (``from transformer_lib.attention import MultiHeadAttention``) or from here.
 """
 
-from .attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+from .attention import KVCache, MultiHeadAttention, linear_attention, scaled_dot_product_attention
 from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, Residual
-from .embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding, sinusoidal_table
-from .masking import causal_mask, combine_masks, padding_mask, target_mask, to_torch_blocked
-from .model import PRESETS, Transformer, TransformerConfig, count_parameters, init_parameters
+from .embeddings import (
+    ALiBiBias,
+    LearnedPositionalEmbedding,
+    RelativePositionBias,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+    alibi_slopes,
+    sinusoidal_table,
+)
+from .masking import causal_mask, combine_masks, padding_mask, sliding_window_mask, target_mask, to_torch_blocked
+from .model import PRESETS, DecoderOnlyTransformer, Transformer, TransformerConfig, count_parameters, init_parameters
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "KVCache", "MultiHeadAttention", "scaled_dot_product_attention",
+    "KVCache", "MultiHeadAttention", "linear_attention", "scaled_dot_product_attention",
     "Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward", "Residual",
-    "LearnedPositionalEmbedding", "SinusoidalPositionalEncoding", "TokenEmbedding", "sinusoidal_table",
-    "causal_mask", "combine_masks", "padding_mask", "target_mask", "to_torch_blocked",
-    "PRESETS", "Transformer", "TransformerConfig", "count_parameters", "init_parameters",
+    "ALiBiBias", "LearnedPositionalEmbedding", "RelativePositionBias", "RotaryEmbedding",
+    "SinusoidalPositionalEncoding", "TokenEmbedding", "alibi_slopes", "sinusoidal_table",
+    "causal_mask", "combine_masks", "padding_mask", "sliding_window_mask", "target_mask", "to_torch_blocked",
+    "PRESETS", "DecoderOnlyTransformer", "Transformer", "TransformerConfig", "count_parameters", "init_parameters",
 ]

@@ -1,4 +1,4 @@
-"""Scaled dot-product attention and multi-head attention.
+"""Scaled dot-product attention, multi-head attention, and linear attention (chapter 7).
 
 Shapes:
 
@@ -7,7 +7,8 @@ Shapes:
     Dk  query/key width         Dv  value width (per head inside MultiHeadAttention)
 
 Masks are boolean with ``True`` = "may attend" (see :mod:`transformer_lib.masking`) and must
-broadcast to the scores ``(..., T, L)``.
+broadcast to the scores ``(..., T, L)``. Position biases (ALiBi, relative positions) are float
+tensors added to the scores, with the same broadcasting rule.
 """
 
 from __future__ import annotations
@@ -21,7 +22,29 @@ from torch import Tensor, nn
 
 from .masking import check_mask
 
-__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "KVCache"]
+__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "KVCache", "linear_attention"]
+
+
+def _check_bias(bias: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
+    """Raise a clear error unless ``bias`` is a float tensor that broadcasts to ``scores_shape``
+    without enlarging it (the rule of :func:`transformer_lib.masking.check_mask`, for additive biases).
+    """
+    if not isinstance(bias, Tensor) or not bias.is_floating_point():
+        kind = bias.dtype if isinstance(bias, Tensor) else type(bias).__name__
+        raise TypeError(
+            f"bias must be a floating-point tensor added to the scores, got {kind}; "
+            "a boolean tensor is a mask: pass it as mask="
+        )
+    scores_shape = tuple(scores_shape)
+    try:
+        broadcast = torch.broadcast_shapes(bias.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(scores_shape):
+        raise ValueError(
+            f"bias of shape {tuple(bias.shape)} does not broadcast to the attention scores of shape "
+            f"{scores_shape} (batch..., queries, keys)"
+        )
 
 
 def scaled_dot_product_attention(
@@ -30,8 +53,9 @@ def scaled_dot_product_attention(
     value: Tensor,
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    r"""Attention written out: :math:`\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V`.
+    r"""Attention written out: :math:`\mathrm{softmax}(QK^\top/\sqrt{d_k} + \text{bias})\,V`.
 
     Args:
         query: ``(..., T, Dk)``.
@@ -40,6 +64,8 @@ def scaled_dot_product_attention(
         mask: optional boolean mask, ``True`` = may attend, broadcastable to ``(..., T, L)``.
         dropout_p: dropout probability applied to the attention weights. Pass ``0.0`` outside
             training (``MultiHeadAttention`` does this for you).
+        bias: optional float tensor added to the scores before masking, broadcastable to
+            ``(..., T, L)``: position biases such as ALiBi or learned relative positions (chapter 7).
 
     Returns:
         ``(output, attn_weights)`` with shapes ``(..., T, Dv)`` and ``(..., T, L)``. The weights are
@@ -54,6 +80,9 @@ def scaled_dot_product_attention(
         raise ValueError(f"key has {key.size(-2)} positions but value has {value.size(-2)}; they must match")
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, L)
+    if bias is not None:
+        _check_bias(bias, scores.shape)
+        scores = scores + bias.to(scores.dtype)  # (..., T, L)
     if mask is not None:
         check_mask(mask, scores.shape)
         # -inf, not a large finite number: exp(-inf) is exactly 0 in every dtype, so a masked key
@@ -124,6 +153,12 @@ class MultiHeadAttention(nn.Module):
             models of different widths.
         vdim: width of the value input (default ``kdim``).
         bias: whether the four projections have biases.
+        rotary: positions by rotation (RoPE, chapter 7), e.g.
+            :class:`~transformer_lib.embeddings.RotaryEmbedding`: called as ``rotary(x, start)`` on
+            queries and keys ``(B, H, L, Dk)``. For self-attention only.
+        position_bias: positions as a score bias (ALiBi, relative positions; chapter 7): called as
+            ``position_bias(n_queries, n_keys, query_start)``, returns a float bias broadcastable to
+            ``(B, H, T, L)``. For self-attention only.
 
     Shape:
         - query: ``(B, T, d_model)``; key: ``(B, L, kdim)``; value: ``(B, L, vdim)``
@@ -133,6 +168,9 @@ class MultiHeadAttention(nn.Module):
     Without ``need_weights`` the computation goes through the fused
     ``F.scaled_dot_product_attention`` (same numbers, less memory); with it, through the explicit
     :func:`scaled_dot_product_attention`, which can return the weights.
+
+    With a growing :class:`KVCache` the new queries sit at absolute positions ``cache.length ...``;
+    ``rotary`` and ``position_bias`` are told so (keys enter the cache already rotated).
 
     Example:
         >>> mha = MultiHeadAttention(d_model=6, n_heads=2, d_k=4, d_v=4)
@@ -154,6 +192,8 @@ class MultiHeadAttention(nn.Module):
         kdim: int | None = None,
         vdim: int | None = None,
         bias: bool = True,
+        rotary: nn.Module | None = None,
+        position_bias: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if n_heads < 1:
@@ -177,6 +217,12 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(self.kdim, n_heads * self.d_k, bias=bias)
         self.v_proj = nn.Linear(self.vdim, n_heads * self.d_v, bias=bias)
         self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias)
+        if rotary is not None and getattr(rotary, "head_dim", self.d_k) != self.d_k:
+            raise ValueError(f"rotary rotates vectors of width {rotary.head_dim}, but the heads have d_k={self.d_k}")
+        if position_bias is not None and getattr(position_bias, "n_heads", n_heads) != n_heads:
+            raise ValueError(f"position_bias has {position_bias.n_heads} heads, but this layer has n_heads={n_heads}")
+        self.rotary = rotary
+        self.position_bias = position_bias
 
     def split_heads(self, x: Tensor, width: int) -> Tensor:
         """``(B, L, H * width)`` -> ``(B, H, L, width)``."""
@@ -227,25 +273,118 @@ class MultiHeadAttention(nn.Module):
         elif query.size(-1) != self.d_model:
             raise ValueError(f"query has width {query.size(-1)} but this layer expects {self.d_model}")
         B, T, _ = query.shape
+        start = cache.length if cache is not None and cache.growing else 0  # position of the first query
         q = self.split_heads(self.q_proj(query), self.d_k)  # (B, H, T, Dk)
+        if self.rotary is not None:
+            q = self.rotary(q, start)  # RoPE (chapter 7)
         if reuse_cached:
             k, v = cache.key, cache.value  # (B, H, L, Dk), (B, H, L, Dv)
         else:
             k = self.split_heads(self.k_proj(key), self.d_k)  # (B, H, L, Dk)
+            if self.rotary is not None:
+                k = self.rotary(k, start)  # cached keys stay rotated
             v = self.split_heads(self.v_proj(value), self.d_v)  # (B, H, L, Dv)
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, H, L_cached + L, ...)
+        bias = None if self.position_bias is None else self.position_bias(T, k.size(2), start)  # (1, H, T, L)
         dropout_p = self.dropout if self.training else 0.0
 
         if need_weights:
-            out, attn_weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)  # (B, H, T, Dv)
+            out, attn_weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, bias)  # (B, H, T, Dv)
         else:
             attn_weights = None
             if mask is not None:
                 check_mask(mask, (B, self.n_heads, T, k.size(2)))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, T, Dv)
+            if bias is not None:
+                _check_bias(bias, (B, self.n_heads, T, k.size(2)))
+            attn_mask = _fused_attn_mask(mask, bias, q.dtype)  # boolean, or a float added to the scores
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, Dv)
             if mask is not None:
                 # Older PyTorch releases return NaN for a query with no visible key; make it 0,
                 # as the explicit path does.
                 out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         return self.out_proj(self.merge_heads(out)), attn_weights  # (B, T, d_out)
+
+
+def _fused_attn_mask(mask: Tensor | None, bias: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """The one ``attn_mask`` of ``F.scaled_dot_product_attention``: our boolean mask, or a float bias
+    added to the scores, or both as one float tensor (``-inf`` where the mask blocks)."""
+    if bias is None:
+        return mask
+    bias = bias.to(dtype)
+    return bias if mask is None else torch.where(mask, bias, float("-inf"))  # (B, H, T, L)
+
+
+def linear_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    causal: bool = False,
+    eps: float = 1e-6,
+    chunk_size: int = 64,
+) -> Tensor:
+    r"""Linear attention (Katharopoulos et al. 2020): the softmax replaced by a kernel feature map.
+
+    .. math:: \mathrm{out}_i = \frac{\phi(q_i)^\top \sum_j \phi(k_j)\, v_j^\top}
+                                    {\phi(q_i)^\top \sum_j \phi(k_j)},
+              \qquad \phi(x) = \mathrm{elu}(x) + 1 > 0
+
+    The weights :math:`\phi(q_i)^\top\phi(k_j) / \sum_{j'} \phi(q_i)^\top\phi(k_{j'})` are positive
+    and sum to one, like softmax's, but the similarity factorises. So the sums over the keys,
+    :math:`S = \sum_j \phi(k_j) v_j^\top` (``Dk x Dv``) and :math:`z = \sum_j \phi(k_j)` (``Dk``),
+    are computed once and shared by every query: time ``O((T + L) Dk Dv)``, and no ``T x L``
+    matrix is ever formed. (There is no :math:`1/\sqrt{d_k}`: the feature map replaces the
+    exponential, as in the paper.)
+
+    Causal: query ``i`` sums over ``j <= i`` only, i.e. the running sums :math:`S_i, z_i`: an RNN
+    with a ``Dk x Dv`` state ("Transformers are RNNs"). They are computed ``chunk_size`` positions
+    at a time: inside a chunk the small masked ``C x C`` product, across chunks the running state,
+    so memory stays linear in ``T`` (``chunk_size=1`` is the plain recurrence).
+
+    Args:
+        query: ``(..., T, Dk)``.
+        key: ``(..., L, Dk)``.
+        value: ``(..., L, Dv)``.
+        causal: query ``i`` sees keys ``0..i`` only (needs ``T == L``).
+        eps: added to the denominator, which is positive, to guard against underflow.
+        chunk_size: positions per chunk in the causal case.
+
+    Returns:
+        ``(..., T, Dv)``. No weights: returning them would need the ``T x L`` matrix this avoids.
+
+    Example:
+        >>> q, k, v = torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3)
+        >>> linear_attention(q, k, v, causal=True).shape
+        torch.Size([2, 5, 3])
+    """
+    if query.size(-1) != key.size(-1):
+        raise ValueError(f"query width {query.size(-1)} must equal key width {key.size(-1)} (both are Dk)")
+    if key.size(-2) != value.size(-2):
+        raise ValueError(f"key has {key.size(-2)} positions but value has {value.size(-2)}; they must match")
+    if causal and query.size(-2) != key.size(-2):
+        raise ValueError(
+            f"causal linear attention needs as many queries as keys, got {query.size(-2)} and {key.size(-2)}"
+        )
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    phi_q = F.elu(query) + 1  # (..., T, Dk)
+    phi_k = F.elu(key) + 1  # (..., L, Dk)
+    if not causal:
+        state = phi_k.transpose(-2, -1) @ value  # (..., Dk, Dv)
+        normaliser = phi_k.sum(dim=-2)[..., None]  # (..., Dk, 1)
+        return (phi_q @ state) / (phi_q @ normaliser + eps)  # (..., T, Dv)
+
+    state = phi_k.new_zeros(*phi_k.shape[:-2], phi_k.size(-1), value.size(-1))  # (..., Dk, Dv)
+    normaliser = phi_k.new_zeros(*phi_k.shape[:-2], phi_k.size(-1), 1)  # (..., Dk, 1)
+    outputs = []
+    for start in range(0, query.size(-2), chunk_size):
+        q = phi_q[..., start : start + chunk_size, :]  # (..., C, Dk)
+        k = phi_k[..., start : start + chunk_size, :]  # (..., C, Dk)
+        v = value[..., start : start + chunk_size, :]  # (..., C, Dv)
+        within = (q @ k.transpose(-2, -1)).tril()  # (..., C, C): keys of this chunk up to the query
+        numerator = q @ state + within @ v  # (..., C, Dv)
+        denominator = q @ normaliser + within.sum(dim=-1, keepdim=True)  # (..., C, 1)
+        outputs.append(numerator / (denominator + eps))
+        state = state + k.transpose(-2, -1) @ v  # (..., Dk, Dv)
+        normaliser = normaliser + k.sum(dim=-2)[..., None]  # (..., Dk, 1)
+    return torch.cat(outputs, dim=-2)  # (..., T, Dv)

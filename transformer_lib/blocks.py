@@ -113,6 +113,8 @@ class EncoderLayer(nn.Module):
         activation: feed-forward activation.
         norm_first: Pre-LN (``True``) or Post-LN (``False``).
         eps: LayerNorm epsilon.
+        rotary, position_bias: positions inside self-attention (RoPE; ALiBi or relative bias),
+            passed to :class:`MultiHeadAttention` (chapter 7).
 
     Shape:
         x ``(B, S, D)``, src_mask broadcastable to ``(B, H, S, S)`` -> ``(B, S, D)``, and the
@@ -129,9 +131,11 @@ class EncoderLayer(nn.Module):
         activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
+        rotary: nn.Module | None = None,
+        position_bias: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_dropout, rotary=rotary, position_bias=position_bias)
         self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
         self.attn_residual = Residual(d_model, dropout, norm_first, eps)
         self.ff_residual = Residual(d_model, dropout, norm_first, eps)
@@ -173,7 +177,8 @@ class DecoderCache:
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder memory, then feed-forward.
 
-    Args: as :class:`EncoderLayer`.
+    Args: as :class:`EncoderLayer`, and ``cross_attention``: ``False`` leaves cross-attention out,
+    for a decoder-only model (chapter 7); ``memory`` and ``src_mask`` are then not used.
 
     Shape:
         x ``(B, T, D)``; memory ``(B, S, D)``; tgt_mask broadcastable to ``(B, H, T, T)``;
@@ -192,19 +197,23 @@ class DecoderLayer(nn.Module):
         activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
+        rotary: nn.Module | None = None,
+        position_bias: nn.Module | None = None,
+        cross_attention: bool = True,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_dropout, rotary=rotary, position_bias=position_bias)
+        # Positions enter self-attention only: cross-attention relates two different sequences.
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout) if cross_attention else None
         self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
         self.self_attn_residual = Residual(d_model, dropout, norm_first, eps)
-        self.cross_attn_residual = Residual(d_model, dropout, norm_first, eps)
+        self.cross_attn_residual = Residual(d_model, dropout, norm_first, eps) if cross_attention else None
         self.ff_residual = Residual(d_model, dropout, norm_first, eps)
 
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
+        memory: Tensor | None,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         need_weights: bool = False,
@@ -217,9 +226,11 @@ class DecoderLayer(nn.Module):
         h, self_weights = self.self_attn(h, h, h, mask=tgt_mask, need_weights=need_weights, cache=self_cache)
         x = self.self_attn_residual.add(x, h)  # (B, T, D)
 
-        h = self.cross_attn_residual.sublayer_input(x)
-        h, cross_weights = self.cross_attn(h, memory, memory, mask=src_mask, need_weights=need_weights, cache=cross_cache)
-        x = self.cross_attn_residual.add(x, h)  # (B, T, D)
+        cross_weights = None
+        if self.cross_attn is not None:
+            h = self.cross_attn_residual.sublayer_input(x)
+            h, cross_weights = self.cross_attn(h, memory, memory, mask=src_mask, need_weights=need_weights, cache=cross_cache)
+            x = self.cross_attn_residual.add(x, h)  # (B, T, D)
 
         x = self.ff_residual(x, self.feed_forward)  # (B, T, D)
         return x, self_weights, cross_weights

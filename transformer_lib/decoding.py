@@ -27,6 +27,12 @@ Conventions shared by every function here:
 - The model is put in eval mode (no dropout) and gradients are off while decoding; its previous
   mode is restored afterwards.
 
+**Decoder-only models** (chapter 7) have no source: :func:`greedy_continue` and
+:func:`sample_continue` extend a *prompt* instead, with the same step (:func:`next_token_logits`),
+the same cache and the same ways of picking a token. With a cache the whole prompt goes through the
+decoder in one step, then one token per step. A model needs ``decode``/``generator``/``new_cache``
+(see :class:`DecoderOnly`), as :class:`transformer_lib.model.DecoderOnlyTransformer` provides.
+
 Shapes:
 
     B  batch size (sentences)   S  source length   T  tokens decoded so far (with <bos>)
@@ -47,6 +53,7 @@ from .masking import causal_mask
 
 __all__ = [
     "EncoderDecoder",
+    "DecoderOnly",
     "next_token_logits",
     "greedy_decode",
     "gnmt_length_penalty",
@@ -55,6 +62,8 @@ __all__ = [
     "beam_search",
     "sampling_distribution",
     "sample",
+    "greedy_continue",
+    "sample_continue",
 ]
 
 
@@ -510,3 +519,131 @@ def sample(
 
     with _inference(model):
         return _decode_loop(model, src, src_mask, pick, max_len, bos_id, eos_id, pad_id, use_cache)
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoder-only models: continue a prompt (chapter 7)
+
+
+class DecoderOnly(Protocol):
+    """What prompt continuation needs (``transformer_lib.model.DecoderOnlyTransformer`` has it):
+    :class:`EncoderDecoder`'s ``decode``/``generator``/``new_cache``, with no encoder, so
+    ``decode`` is called with ``memory=None`` and ``src_mask=None``."""
+
+    training: bool
+
+    def decode(self, tokens: Tensor, memory: None = None, src_mask: None = None, tgt_mask: Tensor | None = None, cache: Any = None) -> Tensor: ...
+
+    def generator(self, x: Tensor) -> Tensor: ...
+
+    def new_cache(self) -> Any: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+
+def _check_prompt(model: DecoderOnly, prompt: Tensor, max_len: int, ids: dict[str, int]) -> None:
+    if not isinstance(prompt, Tensor) or prompt.dim() != 2 or prompt.size(1) < 1:
+        shape = tuple(prompt.shape) if isinstance(prompt, Tensor) else type(prompt).__name__
+        raise ValueError(f"prompt must be a (B, P) tensor of token ids with P >= 1, got {shape}")
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be a positive integer (tokens to generate), got {max_len!r}")
+    for name, value in ids.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer token id, got {value!r}")
+    if bool((prompt == ids["pad_id"]).any()):
+        raise ValueError(
+            f"the prompt holds pad_id={ids['pad_id']}: prompts of one batch must have the same length, "
+            "unpadded (a pad would take a position); group prompts by length"
+        )
+    limit = getattr(getattr(model, "config", None), "max_len", None)
+    if limit is not None and prompt.size(1) + max_len - 1 > limit:
+        raise ValueError(
+            f"a prompt of {prompt.size(1)} tokens and max_len={max_len} need {prompt.size(1) + max_len - 1} "
+            f"positions, more than the model's config.max_len={limit}; use max_len <= {limit - prompt.size(1) + 1}"
+        )
+
+
+def _continue_loop(
+    model: DecoderOnly,
+    prompt: Tensor,
+    pick: Callable[[Tensor], Tensor],
+    max_len: int,
+    eos_id: int,
+    pad_id: int,
+    use_cache: bool,
+) -> Tensor:
+    """:func:`_decode_loop` for a decoder-only model: start from the prompt, not from ``<bos>``."""
+    cache = model.new_cache() if use_cache else None
+    tokens = prompt  # (B, P)
+    finished = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)  # (B,)
+    for _ in range(max_len):
+        inputs = tokens[:, cache.length :] if use_cache else tokens  # the prompt first, then the newest token
+        logits = next_token_logits(model, inputs, None, None, cache)  # (B, V)
+        next_token = pick(logits).masked_fill(finished, pad_id)  # (B,) a finished row only grows padding
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, P + t)
+        finished |= next_token == eos_id
+        if bool(finished.all()):
+            break
+    return tokens[:, prompt.size(1) :]  # (B, <= max_len), the continuation only
+
+
+def greedy_continue(
+    model: DecoderOnly,
+    prompt: Tensor,
+    *,
+    max_len: int,
+    eos_id: int,
+    pad_id: int,
+    use_cache: bool = True,
+) -> Tensor:
+    """Continue a prompt with a decoder-only model, taking the most likely token at every step.
+
+    Args:
+        model: a :class:`DecoderOnly` model, e.g. :class:`transformer_lib.model.DecoderOnlyTransformer`.
+        prompt: token ids ``(B, P)``, all of the same length (no padding).
+        max_len, eos_id, pad_id, use_cache: as :func:`greedy_decode`; ``prompt + max_len - 1``
+            positions must fit ``config.max_len``.
+
+    Returns:
+        The continuation ``(B, T_out)``, ``T_out <= max_len`` (without the prompt), laid out as
+        :func:`greedy_decode`'s output.
+
+    Example:
+        >>> from transformer_lib.model import DecoderOnlyTransformer, TransformerConfig
+        >>> model = DecoderOnlyTransformer(TransformerConfig.decoder_only("tiny", vocab_size=12))
+        >>> prompt = torch.tensor([[5, 6, 7, 2], [8, 9, 4, 2]])
+        >>> greedy_continue(model, prompt, max_len=3, eos_id=3, pad_id=0).shape[1] <= 3
+        True
+    """
+    _check_prompt(model, prompt, max_len, dict(eos_id=eos_id, pad_id=pad_id))
+    with _inference(model):
+        return _continue_loop(model, prompt, lambda logits: logits.argmax(dim=-1), max_len, eos_id, pad_id, use_cache)
+
+
+def sample_continue(
+    model: DecoderOnly,
+    prompt: Tensor,
+    *,
+    max_len: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """Continue a prompt with a decoder-only model, drawing each token as :func:`sample` does.
+
+    Args: as :func:`greedy_continue`, and ``temperature``, ``top_k``, ``top_p``, ``generator`` as
+    :func:`sample`.
+    """
+    _check_prompt(model, prompt, max_len, dict(eos_id=eos_id, pad_id=pad_id))
+    _check_sampling_args(temperature, top_k, top_p)
+
+    def pick(logits: Tensor) -> Tensor:
+        probs = sampling_distribution(logits, temperature, top_k, top_p)  # (B, V)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+
+    with _inference(model):
+        return _continue_loop(model, prompt, pick, max_len, eos_id, pad_id, use_cache)

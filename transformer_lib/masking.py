@@ -16,6 +16,7 @@ Masks are built so that they broadcast against attention scores of shape ``(B, H
     padding_mask(tokens)   (B, 1, 1, L)   per key: is this key a real token?
     causal_mask(T)         (1, 1, T, T)   per query/key pair: is the key not in the future?
     target_mask(tgt)       (B, 1, T, T)   both of the above, combined with logical AND
+    sliding_window_mask(T, window=W)  (1, 1, T, T)   is the key among the W nearest? (chapter 7)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from torch import Tensor
 __all__ = [
     "padding_mask",
     "causal_mask",
+    "sliding_window_mask",
     "combine_masks",
     "target_mask",
     "check_mask",
@@ -94,6 +96,59 @@ def causal_mask(n_queries: int, n_keys: int | None = None, device: torch.device 
         )
     offset = n_keys - n_queries
     mask = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(diagonal=offset)
+    return mask[None, None, :, :]  # (1, 1, T, n_keys)
+
+
+def sliding_window_mask(
+    n_queries: int,
+    n_keys: int | None = None,
+    *,
+    window: int,
+    causal: bool = True,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Local attention: each query sees only the keys less than ``window`` positions away.
+
+    Causal (Mistral's sliding window, Jiang et al. 2023): query ``i`` sees keys
+    ``i - window + 1 .. i``, its ``window`` most recent positions, itself included. Bidirectional
+    (Longformer's local attention, Beltagy et al. 2020): keys ``i - window + 1 .. i + window - 1``.
+    Queries are aligned with the *last* keys, as in :func:`causal_mask`, so the mask also serves a
+    step of incremental decoding.
+
+    As a mask this only restricts *which* keys count: the scores are still computed for all
+    ``T x L`` pairs, so it saves no time or memory by itself. Kernels that skip the blocked tiles
+    (or a cache that drops keys older than the window) are what make it cheap; with a window, the
+    information of a token still reaches ``layers x (window - 1)`` positions through the stack.
+
+    Args:
+        n_queries: number of query positions ``T``.
+        n_keys: number of key positions (default ``n_queries``); must be ``>= n_queries``.
+        window: how many positions a query sees on each allowed side, itself included (``>= 1``).
+        causal: also block the future (as :func:`causal_mask`).
+        device: where to create the mask.
+
+    Returns:
+        Boolean mask ``(1, 1, T, n_keys)``, ``True`` = may attend.
+
+    Example:
+        >>> sliding_window_mask(4, window=2).int().squeeze()
+        tensor([[1, 0, 0, 0],
+                [1, 1, 0, 0],
+                [0, 1, 1, 0],
+                [0, 0, 1, 1]], dtype=torch.int32)
+    """
+    n_keys = n_queries if n_keys is None else n_keys
+    if n_queries < 1 or n_keys < n_queries:
+        raise ValueError(
+            f"sliding_window_mask needs 1 <= n_queries <= n_keys, got n_queries={n_queries}, n_keys={n_keys}"
+        )
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a positive integer (positions a query sees, itself included), got {window!r}")
+    query_position = torch.arange(n_keys - n_queries, n_keys, device=device)[:, None]  # (T, 1) absolute
+    key_position = torch.arange(n_keys, device=device)[None, :]  # (1, n_keys)
+    distance = query_position - key_position  # (T, n_keys), > 0 for keys in the past
+    mask = distance < window
+    mask &= distance >= 0 if causal else distance > -window
     return mask[None, None, :, :]  # (1, 1, T, n_keys)
 
 

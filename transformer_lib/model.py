@@ -1,4 +1,5 @@
-"""The encoder-decoder Transformer (Vaswani et al. 2017), its configuration, and initialisation.
+"""The encoder-decoder Transformer (Vaswani et al. 2017), its configuration, and initialisation;
+and the decoder-only language model built from the same blocks (chapter 7).
 
 Shapes:
 
@@ -15,13 +16,25 @@ from typing import Any
 from torch import Tensor, nn
 
 from .blocks import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer
-from .embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
+from .embeddings import (
+    ALiBiBias,
+    LearnedPositionalEmbedding,
+    NoPositionalEncoding,
+    RelativePositionBias,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+)
 from .masking import padding_mask, target_mask
 
 __all__ = [
     "TransformerConfig",
     "PRESETS",
+    "POSITIONAL",
+    "input_positions",
+    "attention_positions",
     "Transformer",
+    "DecoderOnlyTransformer",
     "AttentionMaps",
     "init_parameters",
     "count_parameters",
@@ -51,6 +64,12 @@ PRESETS: MappingProxyType[str, MappingProxyType[str, Any]] = MappingProxyType({
     )),
 })
 
+# Where positions come from. Added to the input embeddings (chapter 3): "sinusoidal" (the paper),
+# "learned". Inside self-attention (chapter 7): "rope" (rotated queries and keys, Su et al. 2021),
+# "alibi" (a distance penalty on the scores, Press et al. 2022), "relative" (a learned score bias
+# per clipped distance, Shaw et al. 2018 / T5).
+POSITIONAL = ("sinusoidal", "learned", "rope", "alibi", "relative")
+
 
 @dataclass
 class TransformerConfig:
@@ -67,12 +86,20 @@ class TransformerConfig:
         activation: ``"relu"`` (paper) or ``"gelu"``.
         norm_first: Pre-LN (``True``) or the paper's Post-LN (``False``).
         layer_norm_eps: LayerNorm epsilon.
-        positional: ``"sinusoidal"`` (paper) or ``"learned"``.
-        max_len: longest sequence the positional table covers.
+        positional: where positions come from, one of :data:`POSITIONAL`: ``"sinusoidal"``
+            (paper) or ``"learned"``, added to the embeddings; ``"rope"``, ``"alibi"`` or
+            ``"relative"``, inside self-attention (chapter 7).
+        max_len: longest sequence the positional table covers (sinusoidal, learned, rope; ALiBi
+            and relative biases have no table and no limit).
         share_embeddings: one embedding matrix for source and target (needs equal vocab sizes,
             i.e. a joint vocabulary).
         tie_output: the output projection reuses the target embedding matrix (one Parameter).
         pad_id: the padding token id, for :meth:`Transformer.make_masks`.
+        relative_max_distance: with ``positional="relative"``, the distance beyond which all
+            distances share one learned bias.
+
+    With ``n_encoder_layers=0`` and one vocabulary the config describes a decoder-only model, for
+    :class:`DecoderOnlyTransformer`; :meth:`decoder_only` builds such a config.
 
     Example:
         >>> cfg = TransformerConfig.from_preset("tiny", src_vocab_size=20, tgt_vocab_size=20)
@@ -97,6 +124,7 @@ class TransformerConfig:
     share_embeddings: bool = False
     tie_output: bool = True
     pad_id: int = 0
+    relative_max_distance: int = 16
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
@@ -120,8 +148,18 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
         if self.activation not in ("relu", "gelu"):
             raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.positional not in POSITIONAL:
+            raise ValueError(f"positional must be one of {POSITIONAL}, got {self.positional!r}")
+        head_width = self.d_model // self.n_heads
+        if self.positional == "rope" and head_width % 2 != 0:
+            raise ValueError(
+                f"positional='rope' rotates pairs of coordinates in each head, so the head width "
+                f"d_model / n_heads = {self.d_model} / {self.n_heads} = {head_width} must be even; "
+                "change d_model or n_heads"
+            )
+        value = self.relative_max_distance
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"relative_max_distance must be a positive integer, got {value!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs one joint vocabulary, but src_vocab_size={self.src_vocab_size} "
@@ -140,6 +178,20 @@ class TransformerConfig:
         if unknown:
             raise TypeError(f"unknown config field(s) {sorted(unknown)}; valid fields are {sorted(known)}")
         return cls(**{**PRESETS[name], **overrides})
+
+    @classmethod
+    def decoder_only(cls, preset: str, vocab_size: int, **overrides: Any) -> TransformerConfig:
+        """A preset's sizes for a :class:`DecoderOnlyTransformer`: no encoder, one vocabulary.
+
+        Example:
+            >>> cfg = TransformerConfig.decoder_only("tiny", vocab_size=20, positional="rope")
+            >>> cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.tgt_vocab_size
+            (0, 2, 20)
+        """
+        return cls.from_preset(
+            preset, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, n_encoder_layers=0,
+            share_embeddings=True, **overrides,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only, so it can be stored in a JSON file or a ``weights_only`` checkpoint."""
@@ -185,6 +237,33 @@ def count_parameters(module: nn.Module, trainable_only: bool = True) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
+def input_positions(config: TransformerConfig) -> nn.Module:
+    """The module that adds positions to the token embeddings (chapter 3); for positions inside
+    attention (``rope``, ``alibi``, ``relative``) one that adds nothing."""
+    if config.positional == "sinusoidal":
+        return SinusoidalPositionalEncoding(config.d_model, config.max_len)
+    if config.positional == "learned":
+        return LearnedPositionalEmbedding(config.d_model, config.max_len)
+    return NoPositionalEncoding()
+
+
+def attention_positions(config: TransformerConfig, bidirectional: bool) -> dict[str, nn.Module]:
+    """Positions inside self-attention (chapter 7), as keyword arguments for the layers of one stack.
+
+    ``{"rotary": RotaryEmbedding}`` for ``rope``, ``{"position_bias": ALiBiBias or
+    RelativePositionBias}`` for ``alibi``/``relative``, nothing for positions added to the input.
+    Call it once per stack: its layers share the module (T5 shares its relative biases so).
+    ``bidirectional`` is ``False`` for a causal stack (a relative bias then learns no future distances).
+    """
+    if config.positional == "rope":
+        return {"rotary": RotaryEmbedding(config.d_model // config.n_heads, config.max_len)}
+    if config.positional == "alibi":
+        return {"position_bias": ALiBiBias(config.n_heads)}
+    if config.positional == "relative":
+        return {"position_bias": RelativePositionBias(config.n_heads, config.relative_max_distance, bidirectional)}
+    return {}
+
+
 class Transformer(nn.Module):
     """The encoder-decoder Transformer.
 
@@ -214,21 +293,23 @@ class Transformer(nn.Module):
         c = config
         self.src_embed = TokenEmbedding(c.src_vocab_size, c.d_model)
         self.tgt_embed = self.src_embed if c.share_embeddings else TokenEmbedding(c.tgt_vocab_size, c.d_model)
-        positional = SinusoidalPositionalEncoding if c.positional == "sinusoidal" else LearnedPositionalEmbedding
-        self.src_positions = positional(c.d_model, c.max_len)
-        self.tgt_positions = positional(c.d_model, c.max_len)
+        self.src_positions = input_positions(c)  # sinusoidal or learned; nothing for rope/alibi/relative
+        self.tgt_positions = input_positions(c)
         # Paper, section 5.4: dropout on the sums of the embeddings and the positional encodings.
         self.embed_dropout = nn.Dropout(c.dropout)
         layer_args = dict(
             d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, attn_dropout=c.attn_dropout,
             activation=c.activation, norm_first=c.norm_first, eps=c.layer_norm_eps,
         )
+        # rope/alibi/relative: one module per stack for its self-attention layers (chapter 7)
+        encoder_positions = attention_positions(c, bidirectional=True)
+        decoder_positions = attention_positions(c, bidirectional=False)
         self.encoder = Encoder(
-            [EncoderLayer(**layer_args) for _ in range(c.n_encoder_layers)],
+            [EncoderLayer(**layer_args, **encoder_positions) for _ in range(c.n_encoder_layers)],
             final_norm=nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None,
         )
         self.decoder = Decoder(
-            [DecoderLayer(**layer_args) for _ in range(c.n_decoder_layers)],
+            [DecoderLayer(**layer_args, **decoder_positions) for _ in range(c.n_decoder_layers)],
             final_norm=nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None,
         )
         # The paper's "pre-softmax linear transformation"; the Annotated Transformer calls it the
@@ -302,3 +383,97 @@ class Transformer(nn.Module):
             shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(f"{name} must be a (B, length) tensor of token ids, got {shape}")
 
+
+
+class DecoderOnlyTransformer(nn.Module):
+    """A decoder-only language model (GPT, Radford et al. 2018) from the same blocks.
+
+    The decoder stack without cross-attention: token embedding, positions, causal self-attention
+    and feed-forward layers, output projection. It reads one sequence and predicts each next token;
+    a task with an input and an output writes both in one sequence (input, separator, output).
+    ``forward`` gives logits for every position (teacher forcing); ``decode`` / ``generator`` /
+    ``new_cache`` are the steps decoding uses, with the same meaning as :class:`Transformer`'s,
+    so the key/value cache works unchanged (``decode`` takes ``memory`` only to keep that call
+    signature: there is no encoder, and it must be ``None``).
+
+    Args:
+        config: a :class:`TransformerConfig` with ``n_encoder_layers=0`` and one vocabulary
+            (:meth:`TransformerConfig.decoder_only` makes one); ``tgt_vocab_size`` is ``V``.
+
+    Shape:
+        tokens ``(B, T)``; mask broadcastable to ``(B, H, T, T)`` (default: :meth:`make_mask`,
+        causal and padding) -> logits ``(B, T, V)``.
+
+    Example:
+        >>> model = DecoderOnlyTransformer(TransformerConfig.decoder_only("tiny", vocab_size=11))
+        >>> model(torch.randint(1, 11, (2, 5))).shape
+        torch.Size([2, 5, 11])
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        c = config
+        if c.n_encoder_layers != 0 or c.src_vocab_size != c.tgt_vocab_size:
+            raise ValueError(
+                "a decoder-only model has no encoder and one vocabulary, got n_encoder_layers="
+                f"{c.n_encoder_layers}, src_vocab_size={c.src_vocab_size}, tgt_vocab_size={c.tgt_vocab_size}; "
+                "make the config with TransformerConfig.decoder_only(preset, vocab_size, ...)"
+            )
+        self.config = c
+        self.embed = TokenEmbedding(c.tgt_vocab_size, c.d_model)
+        self.positions = input_positions(c)
+        self.embed_dropout = nn.Dropout(c.dropout)
+        layer_args = dict(
+            d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, attn_dropout=c.attn_dropout,
+            activation=c.activation, norm_first=c.norm_first, eps=c.layer_norm_eps,
+        )
+        positions = attention_positions(c, bidirectional=False)
+        self.decoder = Decoder(
+            [DecoderLayer(**layer_args, **positions, cross_attention=False) for _ in range(c.n_decoder_layers)],
+            final_norm=nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None,
+        )
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        init_parameters(self)
+        if c.tie_output:
+            self.generator.weight = self.embed.weight
+
+    def make_mask(self, tokens: Tensor) -> Tensor:
+        """``target_mask(tokens)`` with ``config.pad_id``: causal and padding, ``(B, 1, T, T)``."""
+        return target_mask(tokens, self.config.pad_id)
+
+    def decode(
+        self,
+        tokens: Tensor,
+        memory: None = None,
+        src_mask: None = None,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Token ids ``(B, T)`` -> states ``(B, T, D)``, under ``tgt_mask`` (as given: pass a causal one).
+
+        With a ``cache`` (from :meth:`new_cache`), ``tokens`` holds only the positions not yet seen;
+        their positions continue from ``cache.length``. ``memory`` and ``src_mask`` must be ``None``.
+        """
+        if memory is not None or src_mask is not None:
+            raise ValueError("a decoder-only model has no encoder memory: pass memory=None and src_mask=None")
+        Transformer._check_ids(tokens, "tokens")
+        start = cache.length if cache is not None else 0
+        x = self.embed_dropout(self.positions(self.embed(tokens), start=start))  # (B, T, D)
+        h, _, _ = self.decoder(x, None, None, tgt_mask, cache=cache)
+        return h  # (B, T, D)
+
+    def forward(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
+        mask = self.make_mask(tokens) if mask is None else mask
+        return self.generator(self.decode(tokens, tgt_mask=mask))  # (B, T, V)
+
+    def attention_maps(self, tokens: Tensor, mask: Tensor | None = None) -> list[Tensor]:
+        """Self-attention weights of every layer, ``(B, H, T, T)`` each (for figures; use ``eval()``)."""
+        mask = self.make_mask(tokens) if mask is None else mask
+        Transformer._check_ids(tokens, "tokens")
+        x = self.embed_dropout(self.positions(self.embed(tokens)))
+        _, weights, _ = self.decoder(x, None, None, mask, need_weights=True)
+        return weights
+
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for incremental decoding with :meth:`decode`."""
+        return DecoderCache(len(self.decoder.layers))

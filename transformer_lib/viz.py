@@ -1037,3 +1037,176 @@ class LiveLossPlot:
         else:
             self._handle.update(ax.figure)
         self._last_draw = time.perf_counter()
+
+
+# --- 5. Beyond figures (chapter 7) ----------------------------------------------------------------
+
+
+def rotation_plot(
+    pairs: Any,
+    *,
+    pair_names: Sequence[str] | None = None,
+    axes: Any = None,
+    title: str | None = None,
+) -> Any:
+    """How RoPE turns one pair of coordinates as the position grows: one circle per pair.
+
+    Each panel draws the pair's 2-D vector at positions ``0, 1, ..., P - 1`` as arrows from the
+    origin, light to dark with the position; a fast pair (high frequency) sweeps round the circle,
+    a slow one barely moves. The arrows all have the same length: a rotation does not change it.
+
+    Args:
+        pairs: ``(n_pairs, P, 2)``: the coordinates of each pair at each position, e.g.
+            ``rope(x)[0, 0].view(P, -1, 2).transpose(0, 1)[chosen]`` for a constant input ``x``.
+        pair_names: a title per panel (default ``"pair 0"``, ...).
+        axes: a sequence of ``n_pairs`` matplotlib axes (default: a new figure's).
+        title: a title over the panels.
+
+    Returns:
+        The array of matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    p = _to_numpy(pairs).astype(np.float64)
+    if p.ndim != 3 or p.shape[-1] != 2:
+        raise ValueError(f"pairs must have shape (n_pairs, positions, 2), got {p.shape}")
+    n_pairs, n_positions, _ = p.shape
+    names = [f"pair {i}" for i in range(n_pairs)] if pair_names is None else list(pair_names)
+    if len(names) != n_pairs:
+        raise ValueError(f"got {len(names)} pair names for {n_pairs} pairs")
+    if axes is None:
+        fig, axes = plt.subplots(1, n_pairs, figsize=(2.9 * n_pairs, 3.2), squeeze=False)
+        axes = axes[0]
+    else:
+        fig = axes[0].figure
+    axes = np.asarray(axes)
+    radius = float(np.linalg.norm(p, axis=-1).max()) or 1.0
+    colours = plt.get_cmap("viridis")(np.linspace(0.15, 0.9, n_positions))
+    for ax, pair, name in zip(axes, p, names):
+        ax.add_patch(plt.Circle((0, 0), radius, fill=False, color="#cbd5e0", linestyle="--", linewidth=0.8))
+        for position, ((x, y), colour) in enumerate(zip(pair, colours)):
+            ax.annotate("", xy=(x, y), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color=colour, lw=1.2))
+            if position in (0, n_positions - 1) or n_positions <= 8:
+                ax.text(1.13 * x, 1.13 * y, str(position), ha="center", va="center", fontsize=7, color=colour)
+        ax.set_xlim(-1.3 * radius, 1.3 * radius)
+        ax.set_ylim(-1.3 * radius, 1.3 * radius)
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(name, fontsize="medium")
+    if title is not None:
+        fig.suptitle(title, fontsize="medium")
+    return axes
+
+
+def bias_heatmap(
+    bias: Any,
+    *,
+    head_names: Sequence[str] | None = None,
+    axes: Any = None,
+    title: str | None = None,
+) -> Any:
+    """Score biases (ALiBi, relative positions) as heatmaps, one panel per head; queries on rows.
+
+    All panels share one colour scale with 0 in white, so heads can be compared: ALiBi's steep
+    heads look only nearby, its flat ones far. Penalties only (ALiBi) are shades of blue; biases of
+    both signs (learned relative positions) red below 0 and blue above.
+
+    Args:
+        bias: ``(H, T, L)`` or ``(1, H, T, L)`` as :class:`~transformer_lib.embeddings.ALiBiBias`
+            returns.
+        head_names: a title per panel (default ``"head 0"``, ...).
+        axes: ``H`` matplotlib axes (default: a new figure's).
+        title: a title over the panels.
+
+    Returns:
+        The array of matplotlib ``Axes``; the colour bar is attached to the figure.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    b = _to_numpy(bias).astype(np.float64)
+    if b.ndim == 4 and b.shape[0] == 1:
+        b = b[0]
+    if b.ndim != 3:
+        raise ValueError(f"bias must have shape (H, T, L) or (1, H, T, L), got {_to_numpy(bias).shape}")
+    n_heads, n_queries, n_keys = b.shape
+    names = [f"head {h}" for h in range(n_heads)] if head_names is None else list(head_names)
+    if len(names) != n_heads:
+        raise ValueError(f"got {len(names)} head names for {n_heads} heads")
+    if axes is None:
+        fig, axes = plt.subplots(1, n_heads, figsize=(2.4 * n_heads + 1.0, 2.9), squeeze=False)
+        axes = axes[0]
+    else:
+        fig = axes[0].figure
+    axes = np.asarray(axes)
+    low, high = min(float(b.min()), 0.0), max(float(b.max()), 0.0)
+    if high == 0.0:  # penalties only (ALiBi): white at 0, darker as the penalty grows
+        cmap, norm = "Blues_r", plt.matplotlib.colors.Normalize(vmin=min(low, -1e-9), vmax=0.0)
+    else:  # learned biases of either sign: red below 0, blue above
+        cmap, norm = "RdBu", plt.matplotlib.colors.TwoSlopeNorm(vcenter=0.0, vmin=min(low, -1e-9), vmax=high)
+    image = None
+    for ax, grid, name in zip(axes, b, names):
+        image = ax.imshow(grid, cmap=cmap, norm=norm)
+        ax.set_title(name, fontsize="medium")
+        ax.set_xlabel("key position")
+        ax.set_ylabel("query position")
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True, nbins=4))
+        ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True, nbins=4))
+    for ax in axes[1:]:
+        ax.set_ylabel("")
+    fig.colorbar(image, ax=list(axes), shrink=0.8, label="bias added to the score")
+    if title is not None:
+        fig.suptitle(title, fontsize="medium")
+    return axes
+
+
+def mask_patterns(masks: Any, *, axes: Any = None, title: str | None = None) -> Any:
+    """Several attention patterns side by side (local, strided, global, ...): one panel per mask.
+
+    Each panel is :func:`mask_heatmap` over positions ``0 .. T - 1``, with how many of the
+    ``T x L`` query/key pairs it keeps in its caption: the share a kernel that skips blocked pairs
+    would compute.
+
+    Args:
+        masks: a mapping from a name to a boolean mask broadcastable to ``(T, L)`` (leading
+            dimensions 1), ``True`` = may attend.
+        axes: one matplotlib axis per mask (default: a new figure's).
+        title: a title over the panels.
+
+    Returns:
+        The array of matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    items = list(dict(masks).items())
+    if not items:
+        raise ValueError("masks is empty: give at least one name -> mask")
+    grids = []
+    for name, mask in items:
+        m = _to_numpy(mask)
+        if m.dtype != np.bool_ or m.ndim < 2 or any(size != 1 for size in m.shape[:-2]):
+            raise ValueError(f"mask {name!r} must be boolean with shape (..., T, L), leading dimensions 1; got {m.dtype} {m.shape}")
+        grids.append(m.reshape(m.shape[-2:]))
+    if axes is None:
+        side = min(4.0, max(2.6, 0.2 * max(g.shape[1] for g in grids) + 1.0))
+        fig, axes = plt.subplots(1, len(items), figsize=(side * len(items), side + 0.4), squeeze=False)
+        axes = axes[0]
+    else:
+        fig = axes[0].figure
+    axes = np.asarray(axes)
+    for ax, (name, _), grid in zip(axes, items, grids):
+        n_queries, n_keys = grid.shape
+        mask_heatmap(grid, [str(i) for i in range(n_queries)], [str(j) for j in range(n_keys)], ax=ax)
+        step = max(1, n_keys // 8)
+        ax.set_xticks(range(0, n_keys, step), [str(j) for j in range(0, n_keys, step)], rotation=0)
+        ax.set_yticks(range(0, n_queries, step), [str(i) for i in range(0, n_queries, step)])
+        if n_keys > 24:  # thin cells: white grid lines would hide them
+            ax.grid(False, which="minor")
+        ax.set_title(f"{name}\n{grid.mean():.0%} of pairs", fontsize="medium", y=-0.02 - 0.5 / max(n_queries, 1),
+                     va="top", pad=6)
+    if title is not None:
+        fig.suptitle(title, fontsize="medium")
+    return axes

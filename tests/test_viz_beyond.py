@@ -1,0 +1,63 @@
+"""Figures of chapter 7 (viz section 5): they draw what they claim, and refuse what they cannot draw."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from transformer_lib.embeddings import ALiBiBias, RotaryEmbedding  # noqa: E402
+from transformer_lib.masking import causal_mask, sliding_window_mask  # noqa: E402
+from transformer_lib.viz import bias_heatmap, mask_patterns, rotation_plot  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def test_rotation_plot_draws_one_arrow_per_position_of_equal_length() -> None:
+    rope = RotaryEmbedding(8, max_len=16)
+    x = torch.ones(1, 1, 6, 8)  # the same vector at every position
+    pairs = rope(x)[0, 0].view(6, 4, 2).transpose(0, 1)  # (pairs, positions, 2)
+    axes = rotation_plot(pairs[[0, 3]], pair_names=["fast", "slow"])
+    assert len(axes) == 2 and [ax.get_title() for ax in axes] == ["fast", "slow"]
+    tips = np.array([a.xy for a in axes[0].texts if getattr(a, "arrow_patch", None) is not None])
+    assert tips.shape == (6, 2)
+    np.testing.assert_allclose(np.linalg.norm(tips, axis=1), np.sqrt(2), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"pairs must have shape \(n_pairs, positions, 2\)"):
+        rotation_plot(torch.zeros(3, 4))
+
+
+def test_bias_heatmap_shows_each_head_on_one_shared_scale() -> None:
+    bias = ALiBiBias(4)(5, 7, 2)  # (1, H, T, L)
+    axes = bias_heatmap(bias, head_names=[f"m = 1/{4 ** (h + 1)}" for h in range(4)])
+    assert len(axes) == 4
+    images = [ax.get_images()[0] for ax in axes]
+    np.testing.assert_allclose(images[1].get_array(), bias[0, 1].numpy())
+    assert len({(im.norm.vmin, im.norm.vmax) for im in images}) == 1, "one colour scale for all heads"
+    assert axes[0].get_ylabel() == "query position"
+    with pytest.raises(ValueError, match=r"bias must have shape \(H, T, L\)"):
+        bias_heatmap(torch.zeros(5, 7))
+    with pytest.raises(ValueError, match="got 1 head names for 4 heads"):
+        bias_heatmap(bias, head_names=["one"])
+
+
+def test_mask_patterns_report_the_share_of_pairs_kept() -> None:
+    T = 16
+    masks = {"full causal": causal_mask(T), "local, window 4": sliding_window_mask(T, window=4)}
+    axes = mask_patterns(masks)
+    assert "full causal" in axes[0].get_title() and f"{(T + 1) / (2 * T):.0%}" in axes[0].get_title()
+    kept = sliding_window_mask(T, window=4).float().mean().item()
+    assert f"{kept:.0%} of pairs" in axes[1].get_title()
+    np.testing.assert_array_equal(axes[1].get_images()[0].get_array(), sliding_window_mask(T, window=4)[0, 0].numpy())
+    with pytest.raises(ValueError, match="'bad' must be boolean"):
+        mask_patterns({"bad": torch.ones(4, 4)})
+    with pytest.raises(ValueError, match="masks is empty"):
+        mask_patterns({})
