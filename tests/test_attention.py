@@ -213,3 +213,10 @@ def test_padding_mask_equals_dropping_the_padded_keys(B: int, T: int, L: int, ex
     expected, _ = scaled_dot_product_attention(q, k[:, :L], v[:, :L])
     torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
     assert torch.all(weights[..., L:] == 0)
+
+
+def test_torch_reference_refuses_attention_with_positions_inside() -> None:
+    from transformer_lib.embeddings import RotaryEmbedding
+
+    with pytest.raises(ValueError, match="no rotary or score-bias"):
+        torch_multihead_attention(MultiHeadAttention(8, 2, rotary=RotaryEmbedding(4, max_len=16)))

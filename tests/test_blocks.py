@@ -123,3 +123,8 @@ def test_decoder_cache_steps_equal_the_full_pass() -> None:
 def test_unknown_activation_is_named() -> None:
     with pytest.raises(ValueError, match="'swish'"):
         FeedForward(4, 8, activation="swish")
+
+
+def test_torch_reference_refuses_a_decoder_layer_without_cross_attention() -> None:
+    with pytest.raises(ValueError, match="no cross-attention"):
+        torch_decoder_layer(DecoderLayer(8, 2, 16, cross_attention=False))

@@ -204,3 +204,10 @@ def test_bad_input_is_rejected_with_the_value_and_the_limit() -> None:
 def test_every_preset_builds_a_valid_config(name: str) -> None:
     cfg = TransformerConfig.from_preset(name, src_vocab_size=37000, tgt_vocab_size=37000)
     assert cfg.d_model % cfg.n_heads == 0
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi", "relative"])
+def test_torch_reference_refuses_positions_it_cannot_represent(positional: str) -> None:
+    model = Transformer(tiny(positional=positional))
+    with pytest.raises(ValueError, match=f"positional='{positional}'"):
+        TorchTransformer(model)

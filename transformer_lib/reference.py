@@ -56,6 +56,8 @@ def torch_multihead_attention(ours: MultiHeadAttention) -> nn.MultiheadAttention
     exists only for ``n_heads * d_k == n_heads * d_v == d_out == d_model``.
     """
     H = ours.n_heads
+    if ours.rotary is not None or ours.position_bias is not None:
+        raise ValueError("nn.MultiheadAttention has no rotary or score-bias positions (chapter 7); this layer uses them")
     if not (H * ours.d_k == H * ours.d_v == ours.d_out == ours.d_model):
         raise ValueError(
             f"nn.MultiheadAttention needs n_heads*d_k == n_heads*d_v == d_out == d_model, got "
@@ -102,6 +104,11 @@ def torch_encoder_layer(ours: EncoderLayer) -> nn.TransformerEncoderLayer:
 
 def torch_decoder_layer(ours: DecoderLayer) -> nn.TransformerDecoderLayer:
     """An ``nn.TransformerDecoderLayer`` (batch_first) with our weights and our LN placement."""
+    if ours.cross_attn is None:
+        raise ValueError(
+            "this decoder layer has no cross-attention (decoder-only, chapter 7); nn.TransformerDecoderLayer "
+            "always has one: compare it with torch_encoder_layer and a causal mask instead"
+        )
     theirs = nn.TransformerDecoderLayer(**_layer_options(ours))
     _copy_attention(ours.self_attn, theirs.self_attn)
     _copy_attention(ours.cross_attn, theirs.multihead_attn)
@@ -132,7 +139,15 @@ class TorchTransformer(nn.Module):
 
     def __init__(self, ours: Transformer) -> None:
         super().__init__()
+        if not isinstance(ours, Transformer):
+            raise TypeError(f"TorchTransformer mirrors an encoder-decoder Transformer, got {type(ours).__name__}")
         c = ours.config
+        if c.positional not in ("sinusoidal", "learned"):
+            # nn.Transformer's attention has no hook for rotations or score biases.
+            raise ValueError(
+                f"nn.Transformer cannot represent positional={c.positional!r} (positions inside attention); "
+                "only models with 'sinusoidal' or 'learned' input positions have a PyTorch counterpart"
+            )
         self.pad_id = c.pad_id
         self.src_embed, self.tgt_embed = ours.src_embed, ours.tgt_embed
         self.src_positions, self.tgt_positions = ours.src_positions, ours.tgt_positions
