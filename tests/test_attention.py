@@ -220,3 +220,36 @@ def test_torch_reference_refuses_attention_with_positions_inside() -> None:
 
     with pytest.raises(ValueError, match="no rotary or score-bias"):
         torch_multihead_attention(MultiHeadAttention(8, 2, rotary=RotaryEmbedding(4, max_len=16)))
+
+
+def test_fused_path_zeroes_empty_rows_where_pytorch_returns_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    # PyTorch < 2.5 returns NaN for a query with no visible key. Simulate such a release: the probe
+    # must notice, and the guard must then turn those rows into zeros.
+    from transformer_lib import attention
+
+    real_sdpa = F.scaled_dot_product_attention
+
+    def old_sdpa(q, k, v, attn_mask=None, **kwargs):
+        out = real_sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+        if attn_mask is not None:
+            empty = ~attn_mask.any(-1, keepdim=True) if attn_mask.dtype == torch.bool else (attn_mask == float("-inf")).all(-1, keepdim=True)
+            out = out.masked_fill(empty, float("nan"))
+        return out
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", old_sdpa)
+    attention._fused_attention_zeroes_empty_rows.cache_clear()
+    try:
+        assert attention._fused_attention_zeroes_empty_rows(torch.device("cpu"), torch.float32) is False
+        mha = MultiHeadAttention(8, 2).eval()
+        x = torch.randn(2, 5, 8)
+        mask = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+        mask[1, 0, 2] = False  # query 2 of item 1 sees nothing
+        out, _ = mha(x, x, x, mask=mask)
+        assert torch.isfinite(out).all()
+        expected, _ = mha(x, x, x, mask=mask, need_weights=True)
+        torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    finally:
+        monkeypatch.undo()
+        attention._fused_attention_zeroes_empty_rows.cache_clear()
+    if torch.torch_version.TorchVersion(torch.__version__) >= "2.5":  # CI's PyTorch needs no guard
+        assert attention._fused_attention_zeroes_empty_rows(torch.device("cpu"), torch.float32) is True
