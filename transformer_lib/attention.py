@@ -300,7 +300,8 @@ class MultiHeadAttention(nn.Module):
                 _check_bias(bias, (B, self.n_heads, T, k.size(2)))
             attn_mask = _fused_attn_mask(mask, bias, q.dtype)  # boolean, or a float added to the scores
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, Dv)
-            if mask is not None and not _fused_attention_zeroes_empty_rows(q.device, q.dtype):
+            # (Compiled graphs keep the guard: the probe below cannot run inside one.)
+            if mask is not None and (torch.compiler.is_compiling() or not _fused_attention_zeroes_empty_rows(q.device, q.dtype)):
                 # Older PyTorch releases return NaN for a query with no visible key; make it 0,
                 # as the explicit path does.
                 out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
@@ -315,8 +316,6 @@ def _fused_attention_zeroes_empty_rows(device: torch.device, dtype: torch.dtype)
     with 0. Asked once per device and dtype, with a boolean and a float (``-inf``) mask, so that on a
     current PyTorch the guard costs nothing (it was ~6% of a small model's training step).
     """
-    if torch.compiler.is_compiling():
-        return False  # no probing inside a compiled graph: keep the guard
     q = torch.ones(1, 1, 2, 8, device=device, dtype=dtype)  # (B, H, T, Dk): query 1 sees no key
     allowed = torch.tensor([[True, True], [False, False]], device=device).view(1, 1, 2, 2)
     additive = torch.zeros(1, 1, 2, 2, device=device, dtype=dtype).masked_fill(~allowed, float("-inf"))
