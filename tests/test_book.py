@@ -191,3 +191,31 @@ def test_chapter_checks_print_that_they_passed(path: Path) -> None:
     asserting = [s for s in sources if re.search(r"^\s*assert\b", s, re.MULTILINE)]
     assert len(asserting) >= 3, f"{path.name}: a chapter makes its claims checkable (found {len(asserting)} asserting cells)"
     assert all("✓" in s for s in asserting), f"{path.name}: every checking cell prints a ✓ line when it passes"
+
+
+def _bound_names(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapters_do_not_rebind_names_imported_from_the_library(path: Path) -> None:
+    """A cell that assigns to an imported name (``bleu_table = pd.DataFrame(...)``) breaks every later
+    cell that calls the library's function, perhaps only on the day the branch that calls it runs."""
+    imported: dict[str, str] = {}
+    for cell in _code_cells(_load(path)):
+        tree = _parse(cell)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("transformer_lib"):
+                imported.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        for node in ast.walk(tree):
+            targets: list[ast.AST] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension, ast.NamedExpr)):
+                targets = [node.target]
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+            rebound = sorted(set().union(*map(_bound_names, targets)) & imported.keys()) if targets else []
+            assert not rebound, (
+                f"{path.name} assigns to {rebound}, imported from {[imported[n] for n in rebound]}: use another name"
+            )

@@ -76,8 +76,24 @@ def test_padding_invariance_appending_source_pads_changes_nothing(norm_first: bo
     b = model(padded, tgt, *model.make_masks(padded, tgt))
     torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
     # without the mask the pads are attended to, and the output changes: the check can fail
-    c = model(padded, tgt, None, model.make_masks(padded, tgt)[1])
+    attend_everything = torch.ones(1, 1, 1, padded.size(1), dtype=torch.bool)
+    c = model(padded, tgt, attend_everything, model.make_masks(padded, tgt)[1])
     assert not torch.allclose(a, c, atol=1e-3)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_masks_left_out_are_the_padding_and_causal_masks(norm_first: bool) -> None:
+    model = Transformer(tiny(norm_first=norm_first)).eval()
+    src, tgt = batch()
+    expected = model(src, tgt, *model.make_masks(src, tgt))
+    assert torch.equal(model(src, tgt), expected)
+    assert torch.equal(model(src, tgt, tgt_mask=model.make_masks(src, tgt)[1]), expected)
+    maps = model.attention_maps(src, tgt)
+    future = maps.decoder_self[0][:, :, 0, 1:]  # what position 0 gives to later positions
+    assert torch.count_nonzero(future) == 0, "without masks the decoder read the future"
+    # the check can fail: an explicit all-True target mask lets position 0 see the future
+    everything = torch.ones(1, 1, tgt.size(1), tgt.size(1), dtype=torch.bool)
+    assert torch.count_nonzero(model.attention_maps(src, tgt, tgt_mask=everything).decoder_self[0][:, :, 0, 1:]) > 0
 
 
 def test_fully_masked_rows_produce_no_nan() -> None:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from .blocks import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer
@@ -355,12 +356,30 @@ class Transformer(nn.Module):
         h, _, _ = self.decoder(x, memory, src_mask, tgt_mask, cache=cache)
         return h
 
+    def _default_masks(
+        self, src: Tensor, tgt: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        # A teacher-forced pass without a causal mask would let every position read the answer:
+        # masks left out are the ones make_masks builds, never "attend to everything".
+        self._check_ids(src, "src")  # before the masks, so bad input hears about itself, not a mask
+        self._check_ids(tgt, "tgt")
+        if src_mask is not None and tgt_mask is not None:
+            return src_mask, tgt_mask
+        default_src, default_tgt = self.make_masks(src, tgt)
+        return (default_src if src_mask is None else src_mask, default_tgt if tgt_mask is None else tgt_mask)
+
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None) -> Tensor:
+        """Teacher forcing: logits ``(B, T, V_tgt)``; masks left out default to :meth:`make_masks`."""
+        src_mask, tgt_mask = self._default_masks(src, tgt, src_mask, tgt_mask)
         memory = self.encode(src, src_mask)
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
 
     def attention_maps(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None) -> AttentionMaps:
-        """All attention weights for one teacher-forced pass (for figures; use ``eval()`` mode)."""
+        """All attention weights for one teacher-forced pass (for figures; use ``eval()`` mode).
+
+        Masks left out default to :meth:`make_masks`, as in :meth:`forward`.
+        """
+        src_mask, tgt_mask = self._default_masks(src, tgt, src_mask, tgt_mask)
         memory, enc_weights = self.encoder(self._embed_source(src), src_mask, need_weights=True)
         _, dec_self, dec_cross = self.decoder(self._embed_target(tgt, 0), memory, src_mask, tgt_mask, need_weights=True)
         return AttentionMaps(encoder_self=enc_weights, decoder_self=dec_self, decoder_cross=dec_cross)
@@ -382,6 +401,8 @@ class Transformer(nn.Module):
         if not isinstance(ids, Tensor) or ids.dim() != 2:
             shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(f"{name} must be a (B, length) tensor of token ids, got {shape}")
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise TypeError(f"{name}: token ids must be integers (torch.long), got dtype {ids.dtype}")
 
 
 
