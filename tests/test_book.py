@@ -219,3 +219,12 @@ def test_chapters_do_not_rebind_names_imported_from_the_library(path: Path) -> N
             assert not rebound, (
                 f"{path.name} assigns to {rebound}, imported from {[imported[n] for n in rebound]}: use another name"
             )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_opens_with_the_architecture_map(path: Path) -> None:
+    """The introduction promises it: each chapter opens with the map, its own part highlighted."""
+    opening = [_source(c) for c in _code_cells(_load(path))[:4]]
+    assert any(re.search(r"architecture_diagram\(highlight=\[.+\]", s) for s in opening), (
+        f"{path.name}: none of the first four code cells draws architecture_diagram(highlight=[...])"
+    )
