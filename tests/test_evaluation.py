@@ -274,3 +274,23 @@ def test_a_run_without_bleu() -> None:
     metrics = {**run_metrics(), "bleu": None}
     assert bleu_table(metrics) is None
     assert not describe_run(metrics).splitlines()[-1].startswith("sacreBLEU")
+
+
+def test_the_committed_full_run_is_complete_and_shown_by_the_helpers() -> None:
+    """book/results/multi30k_full_metrics.json, which chapters 5 and 6 show: everything issue 7 asks a
+    results file to hold, readable by the helpers the chapters call."""
+    run = committed_results()["multi30k_full_metrics"]
+    assert run["task"] == "multi30k" and run["command"].startswith("python -m transformer_lib.train --task multi30k")
+    assert run["hardware"]["device"] and run["software"]["torch"] and run["software"]["git_commit"]
+    assert run["wall_time_s"] > 0 and run["steps"] > 0 and run["parameters"] > 0
+    assert [e["epoch"] for e in run["per_epoch"]] == list(range(1, len(run["per_epoch"]) + 1))
+    assert all("val_bleu" in e and "train_loss" in e for e in run["per_epoch"])
+    assert run["selection"]["chosen"] in run["selection"]["candidates"]
+    table = bleu_table(run, "test")
+    assert list(table.index) == ["greedy", "beam 4"]
+    assert ((table > 0) & (table < 100)).all().all()
+    for scores in run["bleu"]["test"].values():
+        assert scores["cased"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+        assert scores["lowercased"]["signature"].startswith("nrefs:1|case:lc|")
+    assert list(results_table(run).index) == ["val", "test"]
+    assert "sacreBLEU: nrefs:1|case:mixed" in describe_run(run)

@@ -406,6 +406,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    software = _software()  # now, not when writing metrics.json: the code may change while it trains
     checkpoint_path = out / "checkpoint.pt"
     launcher = f"torchrun --nproc-per-node {processes.world_size} -m" if processes.world_size > 1 else "python -m"
     command = f"{launcher} transformer_lib.train " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
@@ -569,7 +570,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
         "model_config": model_config.to_dict(),
         "parameters": count_parameters(model),
         "hardware": _hardware(device, processes),
-        "software": _software(),
+        "software": software,
         "distributed": {
             "world_size": processes.world_size,
             "backend": processes.backend,
