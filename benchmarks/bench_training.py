@@ -116,13 +116,14 @@ def _batch_stream(loader: torch.utils.data.DataLoader) -> Iterator[Batch]:
         epoch += 1
 
 
-def reverse_to_100(quick: bool, device: torch.device) -> list[dict[str, Any]]:
+def reverse_to_100(quick: bool, device: torch.device, seed: int = 0) -> list[dict[str, Any]]:
     """Benchmark 1: each model trained on the reverse task until 100% held-out exact match.
 
     The two runs are interleaved, one update of each in turn (who goes first alternates), and each
     run's clock counts only its own updates and evaluations: a load change on the machine hits
     both alike. Each run does what ``Trainer.fit`` does with the CLI's settings: the same batches,
-    an evaluation on the held-out set every ``eval_every`` updates, a stop at 100%.
+    an evaluation on the held-out set every ``eval_every`` updates, a stop at 100%. ``seed`` sets
+    both models' initialisation and the batch order (the data stay the same).
     """
     s = dict(DEFAULTS["toy"]["fast"])
     if quick:
@@ -133,10 +134,10 @@ def reverse_to_100(quick: bool, device: torch.device) -> list[dict[str, Any]]:
     heldout_loader = make_loader(heldout, 1000, shuffle=False)
     runs: dict[str, dict[str, Any]] = {}
     for name, cls in MODELS.items():
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         config = TransformerConfig.from_preset(s["preset"], src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), dropout=s["dropout"])
         model = cls(config)
-        loader = make_loader(train, s["batch_size"], seed=0)
+        loader = make_loader(train, s["batch_size"], seed=seed)
         trainer = Trainer(
             model, loader,
             TrainConfig(epochs=s["epochs"], max_steps=s["max_steps"], schedule=s["schedule"], lr=s["lr"],
@@ -165,11 +166,11 @@ def reverse_to_100(quick: bool, device: torch.device) -> list[dict[str, Any]]:
     for name, run in runs.items():
         trainer, wall = run["trainer"], run["clock"]
         results.append({
-            "model": name, "parameters": count_parameters(trainer.model), "steps": trainer.step, "wall_s": wall,
+            "model": name, "seed": seed, "parameters": count_parameters(trainer.model), "steps": trainer.step, "wall_s": wall,
             "ms_per_step": 1000 * wall / max(trainer.step, 1), "heldout_exact_match": run["exact_match"],
             "reached_100": run["exact_match"] == 1.0,
         })
-        print(f"  {name:<15} {trainer.step:>5} steps  {wall:6.1f} s  exact match {run['exact_match']:.1%}", flush=True)
+        print(f"  seed {seed}  {name:<15} {trainer.step:>5} steps  {wall:6.1f} s  exact match {run['exact_match']:.1%}", flush=True)
     return results
 
 
@@ -239,6 +240,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch for the throughput benchmark")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (numbers meaningless)")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="reverse task: repeat with seeds 0..N-1 (steps to 100%% vary with the initialisation)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -250,9 +253,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     if args.only in (None, "reverse"):
         print("1. reverse task: train until 100% exact match on 1,000 held-out sequences", flush=True)
-        rows = reverse_to_100(args.quick, device)
-        ours, theirs = rows
-        results["reverse"] = {"runs": rows, "speedup_ours_over_torch": theirs["wall_s"] / ours["wall_s"]}
+        rows = [row for seed in range(args.seeds) for row in reverse_to_100(args.quick, device, seed)]
+        totals = {name: {key: sum(r[key] for r in rows if r["model"] == name) for key in ("wall_s", "steps")} for name in MODELS}
+        ours, theirs = (totals[name] for name in MODELS)
+        results["reverse"] = {
+            "runs": rows, "seeds": args.seeds, "totals": totals,
+            # time to 100%, summed over seeds; and the time of one update (evaluations included)
+            "speedup_ours_over_torch": theirs["wall_s"] / ours["wall_s"],
+            "per_step_speedup_ours_over_torch": (theirs["wall_s"] / theirs["steps"]) / (ours["wall_s"] / ours["steps"]),
+        }
     if args.only in (None, "throughput"):
         print(f"2. training-step throughput, multi30k preset, batch {args.batch_size}", flush=True)
         results["throughput"] = throughput(args.quick, device, args.batch_size)
@@ -260,11 +269,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     print()
     if "reverse" in results:
-        print("| reverse task to 100% held-out | parameters | steps | wall time (s) | ms/step | exact match |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| reverse task to 100% held-out | seed | parameters | steps | wall time (s) | ms/step | exact match |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for r in results["reverse"]["runs"]:
-            print(f"| {r['model']} | {r['parameters']:,} | {r['steps']} | {r['wall_s']:.1f} | {r['ms_per_step']:.1f} | {r['heldout_exact_match']:.1%} |")
-        print(f"\nspeed-up, ours over nn.Transformer (wall time ratio): {results['reverse']['speedup_ours_over_torch']:.2f}x\n")
+            print(f"| {r['model']} | {r['seed']} | {r['parameters']:,} | {r['steps']} | {r['wall_s']:.1f} | {r['ms_per_step']:.1f} "
+                  f"| {r['heldout_exact_match']:.1%} |")
+        rev = results["reverse"]
+        for name, total in rev["totals"].items():
+            print(f"\n{name}: {total['steps']} steps, {total['wall_s']:.1f} s over {rev['seeds']} seed(s)", end="")
+        print(f"\n\nspeed-up, ours over nn.Transformer: time to 100% {rev['speedup_ours_over_torch']:.2f}x, "
+              f"per update {rev['per_step_speedup_ours_over_torch']:.2f}x\n")
     if "throughput" in results:
         t = results["throughput"]
         print(f"| training step, multi30k preset, batch {t['batch_size']} | parameters | target tokens/s | median step (ms) |")
