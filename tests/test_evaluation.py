@@ -263,6 +263,7 @@ def test_describe_run_results_table_and_bleu_table() -> None:
     assert list(table.index) == ["val", "test"]
     assert list(table.columns) == ["loss", "ppl", "token_accuracy"]
     assert table.loc["test", "loss"] == 1.8
+    assert results_table({**run_metrics(), "final": {"val": {"loss": 1.653412, "ppl": 5.224776}}}).loc["val"].tolist() == [1.653, 5.225]
     assert "exact_match" in results_table(run_metrics("reverse")).columns  # meaningful for toy tasks only
     bleu = bleu_table(run_metrics())
     assert list(bleu.index) == ["greedy", "beam 4"] and list(bleu.columns) == ["BLEU", "BLEU, lowercased"]

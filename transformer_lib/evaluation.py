@@ -314,7 +314,7 @@ def results_table(metrics: Mapping[str, Any]) -> Any:
     """A run's final metrics as a ``pandas.DataFrame``, one row per split.
 
     Columns: ``loss`` (cross-entropy per target token), ``ppl``, ``token_accuracy``, and for toy
-    tasks ``exact_match`` (no translation is ever exactly its reference).
+    tasks ``exact_match`` (no translation is ever exactly its reference); rounded to 3 decimals.
     """
     import pandas as pd  # imported lazily: only showing results needs it
 
@@ -323,7 +323,7 @@ def results_table(metrics: Mapping[str, Any]) -> Any:
         columns.append("exact_match")
     frame = pd.DataFrame.from_dict(dict(metrics["final"]), orient="index")
     frame.index.name = "split"
-    return frame[[c for c in columns if c in frame.columns]]
+    return frame[[c for c in columns if c in frame.columns]].round(3)
 
 
 def bleu_table(metrics: Mapping[str, Any], split: str = "test") -> Any:
