@@ -81,6 +81,18 @@ def test_notebook_is_committed_without_outputs(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_valid_nbformat_with_unique_cell_ids(path: Path) -> None:
+    """A cell added by hand without an ``id`` passes today with a warning and fails in future nbformat."""
+    import nbformat
+
+    nb = _load(path)
+    nbformat.validate(nbformat.from_dict(nb), version=4, relax_add_props=False)
+    ids = [cell.get("id") for cell in nb["cells"]]
+    assert all(ids), f"{path.name}: cells {[i for i, x in enumerate(ids) if not x]} have no id"
+    assert len(set(ids)) == len(ids), f"{path.name}: cell ids repeat"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_first_code_cell_is_the_shared_colab_setup_from_the_config_url(path: Path) -> None:
     first = _source(_code_cells(_load(path))[0])
     assert first.strip() == SETUP_CELL.strip(), (
