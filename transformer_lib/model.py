@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from .blocks import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer
@@ -26,7 +25,7 @@ from .embeddings import (
     SinusoidalPositionalEncoding,
     TokenEmbedding,
 )
-from .masking import padding_mask, target_mask
+from .masking import _check_token_ids, padding_mask, target_mask
 
 __all__ = [
     "TransformerConfig",
@@ -361,10 +360,10 @@ class Transformer(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         # A teacher-forced pass without a causal mask would let every position read the answer:
         # masks left out are the ones make_masks builds, never "attend to everything".
+        if src_mask is not None and tgt_mask is not None:
+            return src_mask, tgt_mask  # the training loop's case: nothing to build, the ids are checked when embedded
         self._check_ids(src, "src")  # before the masks, so bad input hears about itself, not a mask
         self._check_ids(tgt, "tgt")
-        if src_mask is not None and tgt_mask is not None:
-            return src_mask, tgt_mask
         default_src, default_tgt = self.make_masks(src, tgt)
         return (default_src if src_mask is None else src_mask, default_tgt if tgt_mask is None else tgt_mask)
 
@@ -398,11 +397,7 @@ class Transformer(nn.Module):
 
     @staticmethod
     def _check_ids(ids: Tensor, name: str) -> None:
-        if not isinstance(ids, Tensor) or ids.dim() != 2:
-            shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
-            raise ValueError(f"{name} must be a (B, length) tensor of token ids, got {shape}")
-        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise TypeError(f"{name}: token ids must be integers (torch.long), got dtype {ids.dtype}")
+        _check_token_ids(ids, name)  # a tensor, integer dtype, (B, length): the masks' own check
 
 
 
