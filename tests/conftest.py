@@ -16,6 +16,19 @@ def _seed() -> None:
 
 
 @pytest.fixture
+def no_fastpath():
+    """PyTorch's reference layers without their inference fast path.
+
+    nn.TransformerEncoderLayer's fast path uses nested tensors and returns zeros at padded
+    positions; comparisons against the reference use the plain math path.
+    """
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(previous)
+
+
+@pytest.fixture
 def real_multi30k():
     """The folder with the real Multi30k files (MULTI30K_DIR), all six present.
 

@@ -14,13 +14,8 @@ ATOL = 1e-5  # fp32 tolerance asked for; the tests below reach it with room to s
 
 
 @pytest.fixture(autouse=True)
-def _no_fastpath():
-    # nn.TransformerEncoderLayer's inference fast path uses nested tensors and returns zeros at
-    # padded positions; compare against the plain math path.
-    previous = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    yield
-    torch.backends.mha.set_fastpath_enabled(previous)
+def _no_fastpath(no_fastpath):
+    """Every test here compares against PyTorch's layers (conftest.py: no_fastpath)."""
 
 
 def _randomise_norms(module: nn.Module) -> None:

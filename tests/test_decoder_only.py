@@ -28,14 +28,6 @@ def lm(positional: str = "sinusoidal", **overrides) -> DecoderOnlyTransformer:
     return DecoderOnlyTransformer(TransformerConfig.decoder_only("tiny", vocab_size=V, **{**values, **overrides}))
 
 
-@pytest.fixture
-def no_fastpath():
-    previous = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    yield
-    torch.backends.mha.set_fastpath_enabled(previous)
-
-
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_without_cross_attention_is_a_causal_encoder_layer(no_fastpath, norm_first: bool) -> None:
     ours = DecoderLayer(16, 4, 32, norm_first=norm_first, cross_attention=False).eval()

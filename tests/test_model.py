@@ -27,14 +27,6 @@ def batch(B: int = 3, S: int = 7, T: int = 6) -> tuple[torch.Tensor, torch.Tenso
     return src, tgt
 
 
-@pytest.fixture
-def no_fastpath():
-    previous = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    yield
-    torch.backends.mha.set_fastpath_enabled(previous)
-
-
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("tie_output", [False, True])
 def test_model_matches_nn_transformer_with_copied_weights(no_fastpath, norm_first: bool, tie_output: bool) -> None:
