@@ -44,6 +44,7 @@ __all__ = [
     "BOS",
     "EOS",
     "tokenizer",
+    "TOKENIZERS",
     "Vocab",
     # Multi30k
     "MULTI30K_ENV",
@@ -76,6 +77,8 @@ __all__ = [
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
 # Specials come first, so their ids are the same in every vocabulary: <pad>=0, <unk>=1, <bos>=2, <eos>=3.
 SPECIALS: tuple[str, ...] = (PAD, UNK, BOS, EOS)
+# How prepare_multi30k turns text into tokens: spaCy words, or subword pieces (transformer_lib.subword).
+TOKENIZERS = ("spacy", "bpe")
 
 
 @lru_cache(maxsize=None)
@@ -615,6 +618,8 @@ def prepare_multi30k(
     train_size: int | None = None,
     seed: int = 0,
     splits: Sequence[str] = ("train", "val", "test"),
+    tokenizer: str = "spacy",
+    vocab_size: int = 8000,
     **find_options: Any,
 ) -> PreparedTranslation:
     """Load, tokenize and index Multi30k: vocabularies from the training split, ids for every split.
@@ -628,8 +633,15 @@ def prepare_multi30k(
             vocabularies are built on the subset.
         seed: picks the subset.
         splits: which splits to prepare; must include ``"train"``.
+        tokenizer: ``"spacy"`` (words, one vocabulary per language, ``min_freq`` decides) or
+            ``"bpe"`` (one joint subword vocabulary of ``vocab_size`` tokens learned on the training
+            split of both languages, :class:`~transformer_lib.subword.SubwordTokenizer`; ``min_freq``
+            is the fewest times a pair must occur to be merged). The BPE tokenizer itself is kept in
+            the settings (``"subword_model"``, a JSON string), so checkpoints carry it.
         find_options: passed to :func:`multi30k_dir`.
     """
+    if tokenizer not in TOKENIZERS:
+        raise ValueError(f"tokenizer must be one of {TOKENIZERS}, got {tokenizer!r}")
     if "train" not in splits:
         raise ValueError(f"splits must include 'train' (the vocabularies are built from it), got {list(splits)}")
     text = {split: load_multi30k(split, root, src_lang=src_lang, tgt_lang=tgt_lang, **find_options) for split in splits}
@@ -638,12 +650,17 @@ def prepare_multi30k(
             raise ValueError(f"train_size must be in [1, {len(text['train'])}], got {train_size}")
         keep = torch.randperm(len(text["train"]), generator=torch.Generator().manual_seed(seed))[:train_size]
         text["train"] = [text["train"][i] for i in sorted(keep.tolist())]
-    tokens = {
-        split: (tokenize_corpus((s for s, _ in pairs), src_lang, lowercase), tokenize_corpus((t for _, t in pairs), tgt_lang, lowercase))
-        for split, pairs in text.items()
-    }
-    src_vocab = Vocab.build(tokens["train"][0], min_freq=min_freq)
-    tgt_vocab = Vocab.build(tokens["train"][1], min_freq=min_freq)
+    if tokenizer == "bpe":
+        tokens, src_vocab, subword_settings = _bpe_tokens(text, lowercase, vocab_size, min_freq)
+        tgt_vocab = src_vocab
+    else:
+        tokens = {
+            split: (tokenize_corpus((s for s, _ in pairs), src_lang, lowercase), tokenize_corpus((t for _, t in pairs), tgt_lang, lowercase))
+            for split, pairs in text.items()
+        }
+        src_vocab = Vocab.build(tokens["train"][0], min_freq=min_freq)
+        tgt_vocab = Vocab.build(tokens["train"][1], min_freq=min_freq)
+        subword_settings = {}
     data = {
         split: TranslationData([src_vocab.encode(s) for s in src_tok], [tgt_vocab.encode(t) for t in tgt_tok])
         for split, (src_tok, tgt_tok) in tokens.items()
@@ -653,13 +670,28 @@ def prepare_multi30k(
         "src_lang": src_lang,
         "tgt_lang": tgt_lang,
         "lowercase": lowercase,
-        "tokenizer": "spacy.blank",
+        "tokenizer": "spacy.blank" if tokenizer == "spacy" else "bpe",
         "min_freq": min_freq,
+        **subword_settings,
         "train_size": len(text["train"]),
         "train_subset": train_size is not None,  # a random subset (train_size) rather than every pair
         "source_format": SOURCE_FORMAT,
     }
     return PreparedTranslation(src_vocab, tgt_vocab, data, text, settings)
+
+
+def _bpe_tokens(
+    text: Mapping[str, Sequence[tuple[str, str]]], lowercase: bool, vocab_size: int, min_freq: int
+) -> tuple[dict[str, tuple[list[list[str]], list[list[str]]]], Vocab, dict[str, Any]]:
+    """Learn one BPE vocabulary on the training split (both sides) and split every split into pieces."""
+    from .subword import SubwordTokenizer  # imported here: subword builds on this module's Vocab
+
+    def side(pairs: Sequence[tuple[str, str]], i: int) -> list[str]:
+        return [pair[i].lower() if lowercase else pair[i] for pair in pairs]
+
+    bpe = SubwordTokenizer.train([*side(text["train"], 0), *side(text["train"], 1)], vocab_size=vocab_size, min_frequency=min_freq)
+    tokens = {split: (bpe.tokenize_batch(side(pairs, 0)), bpe.tokenize_batch(side(pairs, 1))) for split, pairs in text.items()}
+    return tokens, bpe.vocab, {"vocab_size": len(bpe), "subword_model": bpe.to_json()}
 
 
 # --- Batches: specials, padding, and length bucketing -----------------------------------------

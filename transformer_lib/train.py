@@ -48,6 +48,7 @@ import torch.distributed as dist
 
 from .data import (
     SOURCE_FORMAT,
+    TOKENIZERS,
     TOY_TASKS,
     PreparedTranslation,
     TranslationData,
@@ -101,7 +102,8 @@ DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "multi30k": {
         # One pass over a 3,000-pair subset on a CPU (chapter 5): enough to see the loss fall.
         "fast": dict(
-            preset="tiny", dropout=None, train_size=3000, min_freq=2, batch_size=32, schedule="cosine",
+            preset="tiny", dropout=None, norm=None, tokenizer="spacy", vocab_size=8000,
+            train_size=3000, min_freq=2, batch_size=32, schedule="cosine",
             lr=3e-3, warmup=20, label_smoothing=0.1, clip_norm=1.0, epochs=1, max_steps=None,
             eval_every=25, target_exact_match=None, log_every=5,
             bleu="off", beam_size=4, bleu_threshold=None, average_last=0,
@@ -110,7 +112,8 @@ DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         # BLEU (greedy) after every epoch, the last 5 epochs' weights averaged if validation prefers it;
         # 36.5 is the BLEU a popular tutorial reports (issue 7 asks for the time to reach it).
         "full": dict(
-            preset="multi30k", dropout=None, train_size=None, min_freq=2, batch_size=128, schedule="cosine",
+            preset="multi30k", dropout=None, norm=None, tokenizer="spacy", vocab_size=8000,
+            train_size=None, min_freq=2, batch_size=128, schedule="cosine",
             lr=5e-4, warmup=800, label_smoothing=0.1, clip_norm=1.0, epochs=20, max_steps=None,
             eval_every=None, target_exact_match=None, log_every=50,
             bleu="epoch", beam_size=4, bleu_threshold=36.5, average_last=5,
@@ -146,6 +149,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--clip-norm", type=float, default=None, help="gradient clipping (0: off)")
     train.add_argument("--weight-decay", type=float, default=0.0)
     train.add_argument("--dropout", type=float, default=None, help="override the preset's dropout")
+    train.add_argument("--norm", choices=("pre", "post"), default=None,
+                       help="override the preset's LayerNorm placement: pre (Pre-LN) or post (the paper's Post-LN)")
     train.add_argument("--eval-every", type=int, default=None, help="validate every N steps (default: each epoch)")
     train.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
     train.add_argument("--target-exact-match", type=float, default=None, help="stop at this validation exact match (0: never)")
@@ -164,7 +169,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m30k.add_argument("--prepare-only", action="store_true",
                       help="tokenize and write OUT/data.pt, then stop (for the full profile unless --profile says otherwise)")
     m30k.add_argument("--train-size", type=int, default=None, help="train on a random subset of this many pairs")
-    m30k.add_argument("--min-freq", type=int, default=None)
+    m30k.add_argument("--tokenizer", choices=TOKENIZERS, default=None,
+                      help="spacy: word vocabularies, one per language; bpe: one joint subword vocabulary, embeddings shared and tied")
+    m30k.add_argument("--vocab-size", type=int, default=None, help="with --tokenizer bpe: tokens in the joint vocabulary")
+    m30k.add_argument("--min-freq", type=int, default=None, help="spacy: fewest occurrences of a word; bpe: of a pair to merge")
     m30k.add_argument("--lowercase", action="store_true")
     m30k.add_argument("--bleu", choices=("off", "final", "epoch"), default=None,
                       help="decode and score BLEU: at the end (val and test, greedy and beam), or also after every validation (val, greedy)")
@@ -196,7 +204,7 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check_settings(settings: dict[str, Any]) -> None:
-    for key in ("batch_size", "warmup", "log_every", "n_train", "n_heldout", "n_symbols", "min_len", "max_len", "min_freq", "beam_size"):
+    for key in ("batch_size", "warmup", "log_every", "n_train", "n_heldout", "n_symbols", "min_len", "max_len", "min_freq", "beam_size", "vocab_size"):
         value = settings.get(key)
         if value is not None and value < 1:
             raise ValueError(f"--{key.replace('_', '-')} must be at least 1, got {value}")
@@ -283,10 +291,13 @@ def _multi30k_data(settings: dict[str, Any], args: argparse.Namespace, out: Path
     if processes.is_main:  # one process tokenizes; the others wait for its file
         what = "all pairs" if settings["train_size"] is None else f"a random {settings['train_size']:,} pairs"
         print(f"preparing {what} of the training split ({settings['profile']} profile)", flush=True)
-        print(f"tokenizing Multi30k (spaCy blank tokenizers, min_freq={settings['min_freq']}) ...", flush=True)
+        how = (f"spaCy blank tokenizers, min_freq={settings['min_freq']}" if settings["tokenizer"] == "spacy"
+               else f"joint BPE vocabulary of {settings['vocab_size']:,} tokens, learned on the training split")
+        print(f"tokenizing Multi30k ({how}) ...", flush=True)
         prepared = prepare_multi30k(
             args.data_dir, lowercase=settings.get("lowercase", False), min_freq=settings["min_freq"],
-            train_size=settings["train_size"], seed=settings["seed"],
+            train_size=settings["train_size"], seed=settings["seed"], tokenizer=settings["tokenizer"],
+            vocab_size=settings["vocab_size"],
         )
         prepared.save(cached)
     wait_for_all(device)
@@ -313,11 +324,31 @@ def _check_prepared(prepared: PreparedTranslation, settings: dict[str, Any], arg
         raise ValueError(f"{path} was prepared with min_freq={made.get('min_freq')} but --min-freq is {args.min_freq}")
     if args.lowercase and not made.get("lowercase"):
         raise ValueError(f"{path} was prepared without --lowercase; prepare it again with --lowercase")
+    tokenizer = "bpe" if made.get("tokenizer") == "bpe" else "spacy"
+    if args.tokenizer is not None and args.tokenizer != tokenizer:
+        raise ValueError(f"{path} was prepared with the {tokenizer} tokenizer but --tokenizer is {args.tokenizer}")
+    if args.vocab_size is not None and tokenizer == "bpe" and made.get("vocab_size") != args.vocab_size:
+        raise ValueError(f"{path} holds a BPE vocabulary of {made.get('vocab_size')} tokens but --vocab-size is {args.vocab_size}")
     settings.update(
+        tokenizer=tokenizer,
+        vocab_size=made.get("vocab_size") if tokenizer == "bpe" else None,
         train_size=made["train_size"] if made.get("train_subset") else None,
         min_freq=made.get("min_freq", settings["min_freq"]),
         lowercase=made.get("lowercase", False),
     )
+
+
+def _model_overrides(settings: dict[str, Any]) -> dict[str, Any]:
+    """What the options change in the preset: dropout, LayerNorm placement, and one shared embedding
+    matrix for a joint (BPE) vocabulary (source, target and output layer: three uses, one matrix)."""
+    overrides: dict[str, Any] = {}
+    if settings.get("dropout") is not None:
+        overrides["dropout"] = settings["dropout"]
+    if settings.get("norm") is not None:
+        overrides["norm_first"] = settings["norm"] == "pre"
+    if settings.get("tokenizer") == "bpe":
+        overrides.update(share_embeddings=True, tie_output=True)
+    return overrides
 
 
 def _check_lengths(data: TranslationData, max_len: int, split: str, say: Any = print) -> TranslationData:
@@ -468,7 +499,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
         if Vocab.from_dict(resumed["src_vocab"]) != src_vocab or Vocab.from_dict(resumed["tgt_vocab"]) != tgt_vocab:
             raise ValueError(f"the data's vocabularies differ from those in {checkpoint_path}; resume with the same data, or --restart")
     else:
-        overrides = {} if settings.get("dropout") is None else {"dropout": settings["dropout"]}
+        overrides = _model_overrides(settings)
         model_config = TransformerConfig.from_preset(
             settings["preset"], src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), pad_id=src_vocab.pad_id, **overrides
         )
@@ -566,7 +597,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
         "task": args.task,
         "command": command,
         "settings": metadata["run"],
-        "data": data_description,
+        "data": {key: value for key, value in data_description.items() if key != "subword_model"},
         "model_config": model_config.to_dict(),
         "parameters": count_parameters(model),
         "hardware": _hardware(device, processes),

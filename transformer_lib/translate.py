@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from .decoding import beam_search, greedy_decode
 from .evaluation import BleuScore, bleu_scores, detokenize
 from .masking import padding_mask
 from .model import Transformer, TransformerConfig
+from .subword import SubwordTokenizer
 from .training import CheckpointError, load_checkpoint
 
 __all__ = [
@@ -135,11 +137,19 @@ class Translator:
         """The longest input, in tokens with the specials the source format adds."""
         return self.model.config.max_len
 
+    @cached_property
+    def subword(self) -> SubwordTokenizer | None:
+        """The checkpoint's BPE tokenizer (``data["subword_model"]``), or ``None`` for word-level data."""
+        model = self.data.get("subword_model")
+        return None if model is None else SubwordTokenizer.from_json(model)
+
     def tokenize(self, sentence: str) -> list[str]:
-        """Source text to tokens: spaCy for translation, whitespace-separated symbols for toy tasks."""
+        """Source text to tokens: BPE pieces or spaCy words, or whitespace-separated symbols (toy tasks)."""
         if self.task in TOY_TASKS:
             return sentence.split()
         text = sentence.lower() if self.data.get("lowercase", False) else sentence
+        if self.subword is not None:
+            return self.subword.tokenize(text)
         return tokenizer(self.data["src_lang"])(text)
 
     def source_ids(self, sentences: Sequence[str]) -> list[list[int]]:
@@ -180,8 +190,11 @@ class Translator:
         return self.tgt_vocab.decode(ids)
 
     def detokenize(self, tokens: Sequence[str]) -> str:
+        """Output tokens to text: join BPE pieces, or Moses' rules for spaCy words (BLEU needs plain text)."""
         if self.task in TOY_TASKS:
             return " ".join(tokens)
+        if self.subword is not None:
+            return self.subword.detokenize(tokens)
         return detokenize(tokens, self.data["tgt_lang"])
 
     def translate_ids(self, src: Tensor, src_mask: Tensor, beam_size: int = 1) -> Tensor:

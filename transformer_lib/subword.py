@@ -1,0 +1,122 @@
+"""Subword tokenization: one byte-pair-encoding (BPE) vocabulary for both languages (chapter 3).
+
+A word-level vocabulary maps every word it never saw in training to ``<unk>``, and the model can
+neither read nor write such a word. BPE (Sennrich et al. 2016) starts from characters and merges the
+most frequent adjacent pair, again and again, until the vocabulary has the size asked for: frequent
+words become one token, rare ones are spelled with a few pieces, and almost nothing is unknown.
+
+The merges are learned by Hugging Face ``tokenizers`` (fast, maintained, and its learned merges are
+plain data the book can compare with a hand-written BPE). Words are split on spaces and punctuation
+first; a piece that starts a word carries the marker ``▁`` (as in SentencePiece), so decoding is
+exact: join the pieces, turn each ``▁`` back into a space. A joint German+English vocabulary lets
+the source and target embeddings be one matrix, tied to the output layer too (Press & Wolf 2017),
+as the paper does with its shared 37,000-token vocabulary.
+
+It imports nothing from the model; :class:`~transformer_lib.data.Vocab` holds the same ids, so a
+subword model trains and decodes like a word-level one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from .data import SPECIALS, UNK, Vocab
+
+__all__ = ["WORD_START", "SubwordTokenizer"]
+
+# Marks the first piece of a word: "▁Fahr" "rad" is one word, "▁Fahr" "▁rad" two.
+WORD_START = "\u2581"
+
+
+def _pipeline():  # the untrained tokenizer: how text is split before any merge
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # imported lazily
+
+    tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+    tokenizer.normalizer = normalizers.Sequence([
+        normalizers.NFKC(),  # one code point per accented letter
+        normalizers.Replace(Regex(r"\s+"), " "),  # runs of spaces, tabs, newlines: one space
+        normalizers.Strip(),
+    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="always"),
+        pre_tokenizers.Punctuation(behavior="isolated"),  # "Fahrrad." -> "▁Fahrrad", "."
+    ])
+    tokenizer.decoder = decoders.Metaspace(replacement=WORD_START, prepend_scheme="always")
+    return tokenizer
+
+
+class SubwordTokenizer:
+    """A trained BPE tokenizer: text to subword pieces and back.
+
+    Build one with :meth:`train`; save it inside a checkpoint with :meth:`to_json` and rebuild it
+    with :meth:`from_json`. Ids 0-3 are the specials of :data:`~transformer_lib.data.SPECIALS`, so
+    :attr:`vocab` gives the same ids as the tokenizer itself.
+
+    Example:
+        >>> bpe = SubwordTokenizer.train(["ein Mann.", "ein Hund.", "a man.", "a dog."] * 5, vocab_size=40)
+        >>> pieces = bpe.tokenize("ein  Hund und ein Mann.")
+        >>> pieces
+        ['▁ein', '▁Hund', '▁', 'u', 'nd', '▁ein', '▁Mann', '.']
+        >>> bpe.detokenize(pieces)
+        'ein Hund und ein Mann.'
+    """
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+        by_id = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])
+        if [i for _, i in by_id] != list(range(len(by_id))) or tuple(t for t, _ in by_id[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"a SubwordTokenizer needs ids 0..V-1 with the specials {SPECIALS} first")
+        self.vocab = Vocab([token for token, _ in by_id])
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> SubwordTokenizer:
+        """Learn BPE merges on ``texts`` until the vocabulary (specials included) has ``vocab_size`` tokens.
+
+        Pass the training split only (both languages for a joint vocabulary): a vocabulary learned
+        on validation or test text would leak them into the model. ``min_frequency``: a pair seen
+        fewer times is never merged.
+        """
+        if vocab_size <= len(SPECIALS):
+            raise ValueError(f"vocab_size must be more than the {len(SPECIALS)} special tokens, got {vocab_size}")
+        from tokenizers import trainers
+
+        tokenizer = _pipeline()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS), show_progress=False,
+        )
+        tokenizer.train_from_iterator(texts, trainer)
+        return cls(tokenizer)
+
+    @classmethod
+    def from_json(cls, text: str) -> SubwordTokenizer:
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_str(text))
+
+    def to_json(self) -> str:
+        """The whole tokenizer (normalizer, splitting, merges, vocabulary) as one JSON string."""
+        return self._tokenizer.to_str()
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    def __repr__(self) -> str:
+        return f"SubwordTokenizer(vocab_size={len(self)})"
+
+    @property
+    def merges(self) -> list[tuple[str, str]]:
+        """The learned merges, first learned first."""
+        import json
+
+        return [tuple(pair) if isinstance(pair, list) else tuple(pair.split(" ")) for pair in json.loads(self.to_json())["model"]["merges"]]
+
+    def tokenize(self, text: str) -> list[str]:
+        """Text to pieces, e.g. ``"Fahrräder."`` -> ``["▁Fahr", "räder", "."]``."""
+        return self._tokenizer.encode(text).tokens
+
+    def tokenize_batch(self, texts: Sequence[str]) -> list[list[str]]:
+        return [encoding.tokens for encoding in self._tokenizer.encode_batch(list(texts))]
+
+    def detokenize(self, pieces: Sequence[str]) -> str:
+        """Pieces back to text: the exact inverse of :meth:`tokenize` (up to NFKC and repeated spaces)."""
+        return self._tokenizer.decoder.decode(list(pieces))
