@@ -37,6 +37,8 @@ __all__ = [
     "describe_run",
     "results_table",
     "bleu_table",
+    "recipe",
+    "recipe_table",
 ]
 
 _WORD_END = re.compile(r"[^\W_]$")  # the token ends with a letter or digit
@@ -341,3 +343,51 @@ def bleu_table(metrics: Mapping[str, Any], split: str = "test") -> Any:
     frame = pd.DataFrame.from_dict(rows, orient="index").round(2)
     frame.index.name = "decoding"
     return frame
+
+
+def recipe(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The choices a run made that the recipe comparison varies, read from its results file.
+
+    Example:
+        >>> recipe({"data": {"tokenizer": "bpe", "vocab_size": 8000}, "model_config": {"norm_first": False,
+        ...         "dropout": 0.1}, "settings": {"schedule": "noam", "lr": 0.0022, "warmup": 800}})
+        {'tokens': 'BPE 8,000', 'LayerNorm': 'Post-LN', 'schedule': 'noam', 'peak lr': 0.0022, 'warm-up': 800, 'dropout': 0.1}
+    """
+    data, config, settings = metrics["data"], metrics["model_config"], metrics["settings"]
+    tokens = f"BPE {data['vocab_size']:,}" if data.get("tokenizer") == "bpe" else "words (spaCy)"
+    return {
+        "tokens": tokens,
+        "LayerNorm": "Pre-LN" if config["norm_first"] else "Post-LN",
+        "schedule": settings["schedule"],
+        "peak lr": settings["lr"],
+        "warm-up": settings["warmup"],
+        "dropout": config["dropout"],
+    }
+
+
+def recipe_table(runs: Mapping[str, Mapping[str, Any]]) -> Any:
+    """Runs side by side, best validation BLEU (beam, lowercased) first: what each chose, and how it did.
+
+    Only validation numbers: the comparison chooses the recipe, and the test set must not take part
+    in a choice. Columns: the :func:`recipe` choices, the seed, the validation BLEU (greedy and beam,
+    lowercased) of the weights the run selected, the best greedy validation BLEU during training, and
+    the final validation loss.
+    """
+    import pandas as pd  # imported lazily: only showing results needs it
+
+    rows = {}
+    for name, metrics in runs.items():
+        val = metrics["bleu"]["val"]
+        beam = next(key for key in val if key.startswith("beam"))
+        during = [row["val_bleu_lowercased"] for row in metrics["per_epoch"] if "val_bleu_lowercased" in row]
+        rows[name] = {
+            **recipe(metrics),
+            "seed": metrics["settings"].get("seed", 0),
+            "val BLEU greedy": val["greedy"]["lowercased"]["score"],
+            f"val BLEU {beam}": val[beam]["lowercased"]["score"],
+            "best epoch BLEU": max(during) if during else float("nan"),
+            "val loss": metrics["final"]["val"]["loss"],
+        }
+    frame = pd.DataFrame.from_dict(rows, orient="index").sort_values(f"val BLEU {beam}", ascending=False)
+    frame.index.name = "run"
+    return frame.round({"val BLEU greedy": 2, f"val BLEU {beam}": 2, "best epoch BLEU": 2, "val loss": 3})

@@ -875,6 +875,34 @@ def training_curves_chart(history: dict[str, list[dict[str, float]]], title: str
     )
 
 
+def validation_bleu_chart(runs: dict[str, dict[str, Any]], title: str = "Validation BLEU after each epoch") -> Any:
+    """Validation BLEU (greedy, lowercased) per epoch of several runs' results files, one line each.
+
+    Clicking a legend entry highlights its run; hovering shows the numbers.
+    """
+
+    rows = [
+        {"run": name, "epoch": row["epoch"], "BLEU": row["val_bleu_lowercased"]}
+        for name, metrics in runs.items()
+        for row in metrics["per_epoch"]
+        if "val_bleu_lowercased" in row
+    ]
+    pick = alt.selection_point(fields=["run"], bind="legend")
+    return (
+        alt.Chart(pd.DataFrame(rows), title=title)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("epoch:Q", title="epoch", scale=alt.Scale(domainMin=1)),
+            y=alt.Y("BLEU:Q", title="validation BLEU (greedy, lowercased)", scale=alt.Scale(zero=False)),
+            color=alt.Color("run:N", title=None, legend=alt.Legend(orient="bottom", columns=2, labelLimit=0)),
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
+            tooltip=["run", "epoch", alt.Tooltip("BLEU:Q", format=".2f")],
+        )
+        .add_params(pick)
+        .properties(width="container", height=280)
+    )
+
+
 def lr_schedule_chart(frame: Any, title: str = "Learning rate over training") -> Any:
     """An interactive plot of learning-rate schedules: sliders pick the warm-up and ``d_model``.
 
