@@ -262,3 +262,18 @@ def test_when_validation_prefers_the_average_it_is_written_to_model_pt(tmp_path:
     from transformer_lib.translate import Translator
 
     Translator.from_checkpoint(tmp_path / "run" / "model.pt")  # usable for translation
+
+
+def test_the_full_profile_is_the_recipe_with_the_best_validation_bleu() -> None:
+    """The trainer's full profile is the run chapter 5's comparison chose, so the book's recipe and
+    the command line cannot drift apart (book/results/recipes/, chosen on validation only)."""
+    from transformer_lib.evaluation import RESULTS_DIR, committed_results, recipe_table
+
+    runs = committed_results(RESULTS_DIR / "recipes")
+    best = runs[recipe_table(runs).index[0]]
+    full = train.DEFAULTS["multi30k"]["full"]
+    for key in ("preset", "tokenizer", "vocab_size", "schedule", "lr", "warmup", "batch_size", "epochs",
+                "label_smoothing", "clip_norm", "average_last", "min_freq"):
+        assert full[key] == best["settings"][key], key
+    assert best["model_config"]["norm_first"] == (full["norm"] in (None, "pre"))
+    assert best["model_config"]["dropout"] == (full["dropout"] or 0.1)
