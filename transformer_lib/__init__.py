@@ -3,6 +3,7 @@
     masking     the one mask convention (True = may attend)          chapter 2
     attention   scaled dot-product and multi-head attention          chapter 1
     embeddings  token embeddings and positional encodings            chapter 3
+    subword     one joint BPE vocabulary: rare words spelled in pieces chapter 3
     blocks      feed-forward, residual, encoder/decoder layers       chapter 4
     model       the configured encoder-decoder Transformer           chapter 4
 
