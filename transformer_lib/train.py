@@ -13,9 +13,17 @@ Examples::
 The output folder gets ``checkpoint.pt`` (the latest state; see :mod:`transformer_lib.training`
 for its contents), ``metrics.json`` (the results file: settings, the command, hardware and
 software versions, losses per epoch and per logging window, validation and test metrics, BLEU
-greedy and beam with sacrebleu's signature) and ``loss.png``. Run the same command again and it
-resumes from ``checkpoint.pt``: an interrupted run loses at most the work since its last
-checkpoint. ``--restart`` starts over instead.
+greedy and beam with sacrebleu's signature) and ``loss.png``, each written atomically. Run the same
+command again and it resumes from ``checkpoint.pt``: an interrupted run loses at most the work since
+its last checkpoint. Only the options in :data:`RESUMABLE` (more steps or epochs, how to evaluate)
+and ``--device``/``--compile``/``--checkpoint-every`` may change on resume; any other option that
+differs from the checkpoint is refused, by name. ``--restart`` starts over, and a fresh run into a
+folder with earlier results moves them to ``OUT/previous-*`` first: nothing is deleted. One run at
+a time holds ``OUT/.lock``. A NaN or infinite loss, gradient norm or weight stops training before
+anything is saved, so ``checkpoint.pt`` keeps the last good weights.
+
+A user error (a bad option, missing data, an unwritable ``--out``, a diverged run) prints one line
+``error: ...`` and exits with status 2; ``--debug`` (or ``TRANSFORMER_LIB_DEBUG=1``) shows the traceback.
 
 BLEU (``--bleu``): ``final`` decodes the validation and test sets at the end, greedy and with a
 beam; ``epoch`` also decodes the validation set (greedy) at every validation, which picks the

@@ -13,8 +13,10 @@ From Python (the chapters do this)::
 
 This is the one module that joins the pieces: the model, the data pipeline (tokenizer, vocabularies),
 decoding and evaluation. Bad input (a missing or incompatible checkpoint, an empty sentence, a
-sentence longer than the model allows) raises :class:`TranslationError`; the command line prints
-its message and exits with status 2, without a traceback.
+sentence longer than the model allows, symbols a toy-task model does not know, a device this
+machine lacks) raises :class:`TranslationError`; a sentence of only unknown words warns. The
+command line prints one line ``error: ...`` and exits with status 2, without a traceback
+(``--debug`` or ``TRANSFORMER_LIB_DEBUG=1`` shows it).
 """
 
 from __future__ import annotations
