@@ -12,7 +12,11 @@ from transformer_lib.attention import KVCache, MultiHeadAttention, scaled_dot_pr
 from transformer_lib.masking import causal_mask, padding_mask, to_torch_blocked
 from transformer_lib.reference import torch_multihead_attention
 
-ATOL = 1e-6  # fp32 reference tolerance reached by every equivalence test below
+# Two float32 evaluations that differ only in the order of additions (ours vs PyTorch's kernels)
+# differ by at most about 2 * n * u * scale (Higham 2002, section 4.2): sums of n <= 16 terms (Dk,
+# d_model), u = 2**-24, outputs of scale <= 4 (a convex combination of randn values). 1e-6 was
+# under this bound: the worst of 900 seeded cases measured 6.6e-7 on an AMD EPYC, a margin of 1.5.
+ATOL = 2 * 16 * 2.0**-24 * 4  # 7.6e-6
 
 
 def _mask(kind: str, batch: tuple[int, ...], T: int, L: int) -> torch.Tensor | None:

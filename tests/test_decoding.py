@@ -23,7 +23,7 @@ from transformer_lib.model import Transformer, TransformerConfig
 
 PAD, BOS, EOS = 0, 2, 3
 V = 14  # 4 specials + 10 ordinary tokens
-NEVER = 10**6  # an <eos> id the model cannot produce: decoding then runs to max_len
+NEVER = None  # no end token: decoding runs to max_len (<eos> is then a token like any other)
 
 CONFIGS = {
     "pre-LN": dict(norm_first=True),

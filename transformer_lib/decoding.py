@@ -109,10 +109,21 @@ def _inference(model: EncoderDecoder) -> Iterator[None]:
         model.train(was_training)
 
 
-def _check_args(model: EncoderDecoder, src: Tensor, max_len: int, ids: dict[str, int]) -> None:
+def _check_args(model: EncoderDecoder, src: Tensor, max_len: int, ids: dict[str, int | None], min_len: int = 0) -> None:
     if not isinstance(src, Tensor) or src.dim() != 2:
         shape = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
         raise ValueError(f"src must be a (B, S) tensor of token ids, got {shape}")
+    if src.size(0) == 0 or src.size(1) == 0:
+        raise ValueError(f"src is empty, shape {tuple(src.shape)}: give at least one sentence of at least one token")
+    if src.is_floating_point() or src.dtype == torch.bool:
+        raise ValueError(f"src must hold integer token ids (torch.long), got dtype {src.dtype}")
+    config = getattr(model, "config", None)
+    src_vocab = getattr(config, "src_vocab_size", None)
+    if src_vocab is not None and not 0 <= int(src.min()) <= int(src.max()) < src_vocab:
+        bad = int(src.min()) if int(src.min()) < 0 else int(src.max())
+        raise ValueError(f"src holds token id {bad}, outside the source vocabulary [0, {src_vocab - 1}]")
+    if isinstance(min_len, bool) or not isinstance(min_len, int) or min_len < 0:
+        raise ValueError(f"min_len must be an integer >= 0 (tokens before <eos> may end), got {min_len!r}")
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
         raise ValueError(f"max_len must be a positive integer (tokens to generate), got {max_len!r}")
     limit = getattr(getattr(model, "config", None), "max_len", None)
@@ -122,9 +133,32 @@ def _check_args(model: EncoderDecoder, src: Tensor, max_len: int, ids: dict[str,
             f"max_len - 1 tokens) must fit its positional table, config.max_len={limit}; "
             f"use max_len <= {limit}"
         )
+    tgt_vocab = getattr(config, "tgt_vocab_size", None)
     for name, value in ids.items():
+        if value is None and name == "eos_id":
+            continue  # no end token: every row runs to max_len
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be a non-negative integer token id, got {value!r}")
+        if tgt_vocab is not None and value >= tgt_vocab:
+            raise ValueError(
+                f"{name}={value} is outside the target vocabulary [0, {tgt_vocab - 1}]; "
+                "pass the ids of the vocabulary the model was trained with"
+            )
+
+
+def _next_logits(model: EncoderDecoder, inputs: Tensor, memory: Tensor, src_mask: Tensor | None, cache: Any,
+                 step: int, eos_id: int | None, min_len: int) -> Tensor:
+    """:func:`next_token_logits`, refusing NaN or +inf, with ``<eos>`` barred before ``min_len`` tokens."""
+    logits = next_token_logits(model, inputs, memory, src_mask, cache)  # (B, V)
+    if bool((logits.isnan() | logits.isposinf()).any()):
+        raise ValueError(
+            f"the model's scores at output step {step + 1} are NaN or infinite, so no token can be chosen; "
+            "its weights are probably corrupt (a diverged training run?)"
+        )
+    if eos_id is not None and step < min_len:
+        logits = logits.clone()
+        logits[:, eos_id] = float("-inf")
+    return logits
 
 
 def next_token_logits(
@@ -173,6 +207,7 @@ def _decode_loop(
     eos_id: int,
     pad_id: int,
     use_cache: bool,
+    min_len: int = 0,
 ) -> Tensor:
     """The loop greedy decoding and sampling share; ``pick`` maps logits ``(B, V)`` to ids ``(B,)``."""
     B = src.size(0)
@@ -180,13 +215,14 @@ def _decode_loop(
     cache = model.new_cache() if use_cache else None
     tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
-    for _ in range(max_len):
+    for step in range(max_len):
         inputs = tokens[:, -1:] if use_cache else tokens  # (B, 1) or (B, T)
-        logits = next_token_logits(model, inputs, memory, src_mask, cache)  # (B, V)
+        logits = _next_logits(model, inputs, memory, src_mask, cache, step, eos_id, min_len)  # (B, V)
         next_token = pick(logits)  # (B,)
         next_token = next_token.masked_fill(finished, pad_id)  # a finished row only grows padding
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, T + 1)
-        finished |= next_token == eos_id
+        if eos_id is not None:
+            finished |= next_token == eos_id
         if bool(finished.all()):  # every row has its <eos>: stop early
             break
     return tokens[:, 1:]  # (B, <= max_len), without <bos>
@@ -199,9 +235,10 @@ def greedy_decode(
     *,
     max_len: int,
     bos_id: int,
-    eos_id: int,
+    eos_id: int | None,
     pad_id: int,
     use_cache: bool = True,
+    min_len: int = 0,
 ) -> Tensor:
     """Decode by taking the most likely token at every step.
 
@@ -211,9 +248,16 @@ def greedy_decode(
         src_mask: its padding mask ``(B, 1, 1, S)`` (``model.make_masks(src)[0]``), or ``None``
             when nothing is padded.
         max_len: the most tokens to generate per sequence, ``<eos>`` included.
-        bos_id, eos_id, pad_id: the target vocabulary's special ids.
+        bos_id, eos_id, pad_id: the target vocabulary's special ids, each in ``[0, V_tgt)``;
+            ``eos_id=None``: no end token, every row runs to ``max_len`` (``<eos>`` is then a token like any other).
         use_cache: reuse keys/values between steps (fast); ``False`` recomputes the whole prefix
             every step, which gives the same tokens and is only there to show that it does.
+        min_len: ``<eos>`` may not come before this many tokens (fairseq's ``--min-len``); the
+            translator uses 1, since an empty output never translates a sentence.
+
+    Raises:
+        ValueError: an empty ``src`` (no rows or no columns), ids outside the vocabularies, or a
+            model whose scores are NaN or infinite.
 
     Returns:
         Token ids ``(B, T_out)`` with ``T_out <= max_len``: each row is its generated tokens up to and
@@ -227,11 +271,11 @@ def greedy_decode(
         >>> out.shape[0], out.shape[1] <= 6
         (2, True)
     """
-    _check_args(model, src, max_len, dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id))
+    _check_args(model, src, max_len, dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id), min_len)
     with _inference(model):
         return _decode_loop(
             model, src, src_mask, lambda logits: logits.argmax(dim=-1),
-            max_len, bos_id, eos_id, pad_id, use_cache,
+            max_len, bos_id, eos_id, pad_id, use_cache, min_len,
         )
 
 
@@ -289,10 +333,11 @@ def beam_search(
     beam_size: int,
     max_len: int,
     bos_id: int,
-    eos_id: int,
+    eos_id: int | None,
     pad_id: int,
     length_penalty: float = 0.6,
     use_cache: bool = True,
+    min_len: int = 0,
 ) -> BeamSearchResult:
     """Keep the ``beam_size`` most probable partial outputs at every step, not just one.
 
@@ -306,8 +351,9 @@ def beam_search(
     is done. With ``beam_size=1`` this is exactly :func:`greedy_decode`.
 
     Args:
-        model, src, src_mask, max_len, bos_id, eos_id, pad_id, use_cache: as :func:`greedy_decode`.
-        beam_size: ``K``, the number of hypotheses kept per sentence.
+        model, src, src_mask, max_len, bos_id, eos_id, pad_id, use_cache, min_len: as :func:`greedy_decode`.
+        beam_size: ``K``, the number of hypotheses kept per sentence. A wide beam finishes many
+            short hypotheses early, the empty one among them: ``min_len=1`` stops it from winning.
         length_penalty: ``alpha`` of :func:`gnmt_length_penalty`; 0 ranks hypotheses by their raw
             log-probability, which favours short ones.
 
@@ -315,14 +361,14 @@ def beam_search(
         A :class:`BeamSearchResult`: the best sequence and score per sentence, and every finished
         hypothesis (best first), e.g. to show the beam's alternatives.
     """
-    _check_args(model, src, max_len, dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id))
+    _check_args(model, src, max_len, dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id), min_len)
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
     if not isinstance(length_penalty, (int, float)) or not 0 <= length_penalty < float("inf"):
         raise ValueError(f"length_penalty (GNMT's alpha) must be a finite number >= 0, got {length_penalty!r}")
     with _inference(model):
         return _beam_search(
-            model, src, src_mask, beam_size, max_len, bos_id, eos_id, pad_id, float(length_penalty), use_cache
+            model, src, src_mask, beam_size, max_len, bos_id, eos_id, pad_id, float(length_penalty), use_cache, min_len
         )
 
 
@@ -337,6 +383,7 @@ def _beam_search(
     pad_id: int,
     alpha: float,
     use_cache: bool,
+    min_len: int,
 ) -> BeamSearchResult:
     B, device = src.size(0), src.device
     memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)  # (B*K, S, D), encoder run once
@@ -354,7 +401,7 @@ def _beam_search(
 
     for step in range(max_len):
         inputs = tokens[:, -1:] if use_cache else tokens  # (B*K, 1) or (B*K, T)
-        logits = next_token_logits(model, inputs, memory, src_mask, cache).float()  # (B*K, V)
+        logits = _next_logits(model, inputs, memory, src_mask, cache, step, eos_id, min_len).float()  # (B*K, V)
         # We keep 2K candidates: at most K of them end in <eos> (one per hypothesis), so K can go
         # on. Each of the best 2K of all K*V extensions is among the best 2K of its own hypothesis,
         # so we look at those only: log P = logit - logsumexp(logits), for 2K tokens instead of V.
@@ -365,7 +412,7 @@ def _beam_search(
         top_scores, top_index = candidates.topk(min(2 * K, K * n), dim=-1)  # (B, 2K)
         top_origin = torch.div(top_index, n, rounding_mode="floor")  # (B, 2K) which hypothesis
         top_token = best_tokens.view(B, K * n).gather(1, top_index)  # (B, 2K) which token extends it
-        ends = top_token == eos_id  # (B, 2K)
+        ends = top_token == eos_id if eos_id is not None else torch.zeros_like(top_token, dtype=torch.bool)  # (B, 2K)
 
         # Set aside the candidates that end, if they rank among the best K (a lower-ranked one would
         # not have survived into the beam either; fairseq and Hugging Face do the same).
@@ -472,6 +519,8 @@ def sampling_distribution(
         remove_sorted = mass_before >= top_p  # (..., V), never the first token
         remove = remove_sorted.scatter(-1, order, remove_sorted)  # back to vocabulary order
         logits = logits.masked_fill(remove, float("-inf"))
+    if bool((~(logits > float("-inf"))).all(dim=-1).any()):  # a row of -inf (or NaN): softmax gives NaN
+        raise ValueError("every token's logit is -inf or NaN in some row: there is no distribution to sample from")
     return logits.softmax(dim=-1)  # (..., V)
 
 
@@ -482,7 +531,7 @@ def sample(
     *,
     max_len: int,
     bos_id: int,
-    eos_id: int,
+    eos_id: int | None,
     pad_id: int,
     temperature: float = 1.0,
     top_k: int | None = None,

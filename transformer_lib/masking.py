@@ -43,6 +43,9 @@ def _check_token_ids(tokens: Tensor, name: str) -> None:
             f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}; "
             "convert with .long() if the values are whole numbers"
         )
+    if tokens.dtype not in (torch.long, torch.int32):
+        # nn.Embedding indexes with int64 or int32 only; uint8 ids would also wrap at 256.
+        raise TypeError(f"{name} must hold token ids as torch.long (or int32), got dtype {tokens.dtype}; convert with .long()")
     if tokens.dim() != 2:
         raise ValueError(f"{name} must have shape (B, L), got {tuple(tokens.shape)}")
 

@@ -30,6 +30,7 @@ from .masking import _check_token_ids, padding_mask, target_mask
 __all__ = [
     "TransformerConfig",
     "PRESETS",
+    "FILE_CONFIG_LIMITS",
     "POSITIONAL",
     "input_positions",
     "attention_positions",
@@ -144,8 +145,11 @@ class TransformerConfig:
             )
         for name in ("dropout", "attn_dropout"):
             value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1) (a number), got {value!r}")
+        value = self.layer_norm_eps
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+            raise ValueError(f"layer_norm_eps must be a small positive number (e.g. 1e-5), got {value!r}")
         if self.activation not in ("relu", "gelu"):
             raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
         if self.positional not in POSITIONAL:
@@ -199,7 +203,33 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        """A config read from a file (a checkpoint's ``model_config``), checked before anything is built.
+
+        Besides :meth:`__post_init__`'s checks, sizes must stay within :data:`FILE_CONFIG_LIMITS`: a
+        file that passes ``torch.load(weights_only=True)`` can still ask for a billion positions or
+        a million layers, which would fill the memory or run for hours before failing.
+        """
+        if not isinstance(values, dict):
+            raise ValueError(f"a model config is a dict, got {type(values).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown model config field(s) {unknown}; valid fields are {sorted(known)}")
+        for name, limit in FILE_CONFIG_LIMITS.items():
+            value = values.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > limit:
+                raise ValueError(f"model config {name}={value} is more than this library accepts from a file ({limit})")
         return cls(**values)
+
+
+# Upper bounds on sizes read from a file (TransformerConfig.from_dict), far above every preset
+# ("big": d_model 1024, 6 layers, d_ff 4096, 37,000 tokens): a corrupt or hostile file is refused
+# before it allocates gigabytes or builds layers for minutes.
+FILE_CONFIG_LIMITS: MappingProxyType[str, int] = MappingProxyType({
+    "src_vocab_size": 1_000_000, "tgt_vocab_size": 1_000_000, "d_model": 16_384, "n_heads": 1_024,
+    "n_encoder_layers": 128, "n_decoder_layers": 128, "d_ff": 65_536, "max_len": 65_536,
+    "relative_max_distance": 65_536,
+})
 
 
 @dataclass

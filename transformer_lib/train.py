@@ -13,9 +13,17 @@ Examples::
 The output folder gets ``checkpoint.pt`` (the latest state; see :mod:`transformer_lib.training`
 for its contents), ``metrics.json`` (the results file: settings, the command, hardware and
 software versions, losses per epoch and per logging window, validation and test metrics, BLEU
-greedy and beam with sacrebleu's signature) and ``loss.png``. Run the same command again and it
-resumes from ``checkpoint.pt``: an interrupted run loses at most the work since its last
-checkpoint. ``--restart`` starts over instead.
+greedy and beam with sacrebleu's signature) and ``loss.png``, each written atomically. Run the same
+command again and it resumes from ``checkpoint.pt``: an interrupted run loses at most the work since
+its last checkpoint. Only the options in :data:`RESUMABLE` (more steps or epochs, how to evaluate)
+and ``--device``/``--compile``/``--checkpoint-every`` may change on resume; any other option that
+differs from the checkpoint is refused, by name. ``--restart`` starts over, and a fresh run into a
+folder with earlier results moves them to ``OUT/previous-*`` first: nothing is deleted. One run at
+a time holds ``OUT/.lock``. A NaN or infinite loss, gradient norm or weight stops training before
+anything is saved, so ``checkpoint.pt`` keeps the last good weights.
+
+A user error (a bad option, missing data, an unwritable ``--out``, a diverged run) prints one line
+``error: ...`` and exits with status 2; ``--debug`` (or ``TRANSFORMER_LIB_DEBUG=1``) shows the traceback.
 
 BLEU (``--bleu``): ``final`` decodes the validation and test sets at the end, greedy and with a
 beam; ``epoch`` also decodes the validation set (greedy) at every validation, which picks the
@@ -32,7 +40,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import itertools
 import json
+import math
 import os
 import platform
 import shlex
@@ -69,21 +79,32 @@ from .training import (
     average_checkpoints,
     evaluate,
     kept_weights,
+    TrainingDiverged,
+    atomic_write,
     load_checkpoint,
     save_checkpoint,
     setup_distributed,
     teardown_distributed,
     wait_for_all,
 )
-from .translate import Translator
+from .translate import CommandLineParser, Translator, run_command
 
-__all__ = ["TASKS", "DEFAULTS", "METRICS_FORMAT_VERSION", "main", "parse_args", "resolve_settings", "build_model", "translation_bleu"]
+__all__ = ["TASKS", "DEFAULTS", "METRICS_FORMAT_VERSION", "RESUMABLE", "main", "cli", "parse_args", "resolve_settings", "build_model", "translation_bleu"]
 
 # Version of the metrics.json layout (the results file); 2 added BLEU, per-epoch losses, software
 # versions, model selection and the distributed setup to version 1's settings and loss history.
 METRICS_FORMAT_VERSION = 2
 
 TASKS = (*TOY_TASKS, "multi30k")
+# What a resumed run may change: how long to train, and how to evaluate. Every other option given
+# when resuming must agree with the checkpoint's settings (the run refuses, naming each); --device,
+# --compile, --checkpoint-every, --data/--data-dir (same vocabularies) and --no-progress may also differ.
+RESUMABLE = ("epochs", "max_steps", "target_exact_match", "bleu", "beam_size", "bleu_threshold")
+# Options that are not settings of the run, or are handled apart from the comparison.
+_NOT_COMPARED = ("task", "out", "restart", "device", "compile", "no_progress", "data", "data_dir", "prepare_only",
+                 "checkpoint_every", "debug")
+# Results an earlier run left in --out: a fresh run or --restart moves them aside, never deletes them.
+_EARLIER_RESULTS = ("checkpoint.pt", "model.pt", "weights", "metrics.json", "loss.png")
 
 # Defaults per task family and profile. Toy tasks are CPU-sized in both profiles.
 # Toy tasks: the tiny preset without dropout (nothing to regularise: the rule is all there is to
@@ -125,7 +146,7 @@ DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="python -m transformer_lib.train",
         description="Train an encoder-decoder Transformer on a toy task or on Multi30k (German -> English).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -134,12 +155,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="output folder (checkpoint.pt, metrics.json, loss.png)")
     parser.add_argument("--profile", choices=("fast", "full"), default=None, help=f"default sizes (default: ${PROFILE_ENV}, else full on GPU, fast on CPU)")
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="model size")
-    parser.add_argument("--restart", action="store_true", help="ignore an existing checkpoint in --out and start over")
+    parser.add_argument("--restart", action="store_true",
+                        help="start over, although --out has a checkpoint (earlier results are moved to OUT/previous-*)")
     parser.add_argument("--device", default="auto", help="'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:1', ...")
-    parser.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)")
+    parser.add_argument("--amp", choices=("auto", "bf16", "off"), default=None, help="bf16 autocast (default auto: on CUDA only)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the training forward pass (worth it on a GPU)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None, help="(default: 0)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (TQDM_DISABLE=1 does too)")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or set TRANSFORMER_LIB_DEBUG=1)")
     train = parser.add_argument_group("training (defaults depend on task and profile)")
     train.add_argument("--epochs", type=int, default=None)
     train.add_argument("--max-steps", type=int, default=None)
@@ -149,7 +172,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--warmup", type=int, default=None, help="warm-up steps (the rate peaks here)")
     train.add_argument("--label-smoothing", type=float, default=None)
     train.add_argument("--clip-norm", type=float, default=None, help="gradient clipping (0: off)")
-    train.add_argument("--weight-decay", type=float, default=0.0)
+    train.add_argument("--weight-decay", type=float, default=None, help="(default: 0)")
     train.add_argument("--dropout", type=float, default=None, help="override the preset's dropout")
     train.add_argument("--norm", choices=("pre", "post"), default=None,
                        help="override the preset's LayerNorm placement: pre (Pre-LN) or post (the paper's Post-LN)")
@@ -201,6 +224,8 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
         elif value is not None and (key in settings or key in ("weight_decay", "seed", "lowercase", "amp", "compile")):
             settings[key] = value
     settings.update(task=args.task, profile=profile)
+    settings.setdefault("seed", 0)
+    settings.setdefault("weight_decay", 0.0)
     _check_settings(settings)
     return settings
 
@@ -210,16 +235,58 @@ def _check_settings(settings: dict[str, Any]) -> None:
         value = settings.get(key)
         if value is not None and value < 1:
             raise ValueError(f"--{key.replace('_', '-')} must be at least 1, got {value}")
+    for key in ("epochs", "max_steps", "eval_every", "train_size"):
+        value = settings.get(key)
+        if value is not None and value < 1:
+            raise ValueError(f"--{key.replace('_', '-')} must be at least 1 (or left out), got {value}")
     if settings.get("average_last", 0) < 0:
         raise ValueError(f"--average-last must be 0 (off) or more, got {settings['average_last']}")
+    _check_numbers(settings)
     if settings["task"] in TOY_TASKS and settings.get("bleu", "off") != "off":
         raise ValueError(f"--bleu {settings['bleu']}: BLEU scores translations; the {settings['task']!r} task has exact match instead")
+
+
+# The real-valued settings: finite, and inside these ranges (``--lr inf`` used to train to NaN).
+_NUMBER_RANGES: dict[str, tuple[Any, str]] = {
+    "lr": (lambda v: v > 0, "> 0, e.g. 5e-4"),
+    "label_smoothing": (lambda v: 0 <= v < 1, "in [0, 1); the paper uses 0.1"),
+    "dropout": (lambda v: 0 <= v < 1, "in [0, 1), e.g. 0.1"),
+    "clip_norm": (lambda v: v > 0, "> 0 (0 turns clipping off)"),
+    "weight_decay": (lambda v: v >= 0, ">= 0"),
+    "target_exact_match": (lambda v: 0 < v <= 1, "in (0, 1] (0: never stop early)"),
+    "bleu_threshold": (lambda v: 0 <= v <= 100, "in [0, 100]"),
+}
+
+
+def _check_numbers(settings: dict[str, Any]) -> None:
+    for key, (inside, rule) in _NUMBER_RANGES.items():
+        value = settings.get(key)
+        if value is not None and not (math.isfinite(value) and inside(value)):
+            raise ValueError(f"--{key.replace('_', '-')} must be a finite number {rule}, got {value}")
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Options that make no sense together or for the task: refuse them before anything is created."""
+    toy_only = ("n_train", "n_heldout", "n_symbols", "min_len", "max_len")
+    multi30k_only = ("data_dir", "data", "prepare_only", "train_size", "min_freq", "lowercase")
+    wrong = [key for key in (multi30k_only if args.task in TOY_TASKS else toy_only) if getattr(args, key) not in (None, False)]
+    if wrong:
+        names = ", ".join(f"--{key.replace('_', '-')}" for key in wrong)
+        what = "the toy tasks make their data themselves" if args.task in TOY_TASKS else "those options are for the toy tasks"
+        raise ValueError(f"{names} do(es) not apply to --task {args.task}: {what}; leave it out")
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise ValueError(f"--checkpoint-every must be at least 1 (or left out), got {args.checkpoint_every}")
+    if args.restart and args.prepare_only:
+        raise ValueError("--restart and --prepare-only: --prepare-only only writes data.pt; leave out --restart")
 
 
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name}: not a device; use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {name}: this machine has no CUDA GPU (torch.cuda.is_available() is False); use --device cpu")
     return device
@@ -287,9 +354,9 @@ def _multi30k_data(settings: dict[str, Any], args: argparse.Namespace, out: Path
     """The prepared data: ``--data``, else ``OUT/data.pt`` if it was there when the run started, else tokenize."""
     cached = out / "data.pt"
     if args.data is not None:
-        return PreparedTranslation.load(args.data)
+        return _load_prepared(args.data)
     if cached_exists and not args.restart and not args.prepare_only:
-        return PreparedTranslation.load(cached)
+        return _load_prepared(cached)
     if processes.is_main:  # one process tokenizes; the others wait for its file
         what = "all pairs" if settings["train_size"] is None else f"a random {settings['train_size']:,} pairs"
         print(f"preparing {what} of the training split ({settings['profile']} profile)", flush=True)
@@ -303,7 +370,7 @@ def _multi30k_data(settings: dict[str, Any], args: argparse.Namespace, out: Path
         )
         prepared.save(cached)
     wait_for_all(device)
-    return prepared if processes.is_main else PreparedTranslation.load(cached)
+    return prepared if processes.is_main else _load_prepared(cached)
 
 
 def _check_prepared(prepared: PreparedTranslation, settings: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
@@ -424,12 +491,122 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     Under ``torchrun`` every process runs this; process 0 prints and writes the files.
     """
     args = parse_args(argv)
+    _check_options(args)
+    resolve_settings(args)  # every value is checked before anything is created
     device = _device(args.device)
+    created = not args.out.exists()
     processes = setup_distributed(device.type)
+    lock = None
     try:
+        if processes.is_main:
+            lock = _lock_folder(args.out)
         return _main(args, argv, processes, processes.device(device.type) if processes.world_size > 1 else device)
     finally:
+        _unlock_folder(lock, args.out, remove_if_empty=created)
         teardown_distributed(processes)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """``python -m transformer_lib.train``: :func:`main`, with a user error (a bad option, missing
+    data, an unwritable ``--out``, a diverged run) as one line ``error: ...`` and exit status 2."""
+    return run_command(lambda: main(argv), argv)
+
+
+def _lock_folder(out: Path) -> Any:
+    """Hold ``OUT/.lock`` while this run lives: a second run into the same folder is refused.
+
+    ``flock`` is released by the kernel when the process ends, however it ends (SIGKILL too), so a
+    crashed run never leaves the folder locked. On a system without ``fcntl`` (Windows) there is no lock.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    handle = open(out / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 - held until _unlock_folder
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        owner = handle.read().strip() or "?"
+        handle.close()
+        raise ValueError(f"another run (process {owner}) is writing to {out}; wait for it to end, or use another --out") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    for stale in [*out.glob(".*.tmp"), *(out / "weights").glob(".*.tmp")]:
+        stale.unlink(missing_ok=True)  # left by a save that was killed; no other run writes here
+    return handle
+
+
+def _unlock_folder(lock: Any, out: Path, remove_if_empty: bool) -> None:
+    """Release the lock; a folder this run created and left empty (it never started) is removed."""
+    if lock is not None:
+        lock.close()
+    if remove_if_empty and out.is_dir() and {p.name for p in out.iterdir()} <= {".lock"}:
+        (out / ".lock").unlink(missing_ok=True)
+        out.rmdir()
+
+
+def _refuse_changed_settings(args: argparse.Namespace, resumed: dict[str, Any], checkpoint_path: Path) -> None:
+    """Resuming: every option given (but those of :data:`RESUMABLE`) must agree with the checkpoint."""
+    fresh, saved = resolve_settings(args), dict(resumed["run"])
+    if saved.get("dropout") is None:
+        saved["dropout"] = resumed["model_config"].get("dropout")  # the preset's
+    given = [key for key, value in vars(args).items() if value not in (None, False)]
+    conflicts = [
+        f"--{key.replace('_', '-')} {fresh[key]} (the checkpoint has {saved[key]})"
+        for key in given
+        if key not in (*RESUMABLE, *_NOT_COMPARED) and key in fresh and key in saved and fresh[key] != saved[key]
+    ]
+    if conflicts:
+        raise ValueError(
+            f"{checkpoint_path} was trained with other settings: {'; '.join(conflicts)}. Leave these options out "
+            f"to resume it, use another --out, or --restart to start over (only {', '.join('--' + k.replace('_', '-') for k in RESUMABLE)} "
+            "may change on resume)"
+        )
+
+
+def _move_aside(out: Path, names: list[str], say: Any) -> None:
+    """Move earlier results into a new ``OUT/previous-YYYYmmdd-HHMMSS`` folder instead of deleting them."""
+    present = [out / name for name in names if (out / name).exists()]
+    if not present:
+        return
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = out / f"previous-{stamp}"
+    for n in itertools.count(2):
+        if not aside.exists():
+            break
+        aside = out / f"previous-{stamp}-{n}"
+    aside.mkdir()
+    for path in present:
+        os.replace(path, aside / path.name)
+    say(f"moved the earlier results ({', '.join(p.name for p in present)}) to {aside}")
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinity as ``None``: JSON has no such numbers (``null`` it has)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+def _load_prepared(path: Path) -> PreparedTranslation:
+    """:meth:`PreparedTranslation.load`, with a file that is not prepared data as a ``ValueError``."""
+    try:
+        return PreparedTranslation.load(path)
+    except (FileNotFoundError, ValueError):
+        raise
+    except Exception as error:  # noqa: BLE001 - torch.load raises many kinds for a file of another kind
+        raise ValueError(
+            f"{path} is not prepared data from --prepare-only (torch.load(weights_only=True) failed with "
+            f"{type(error).__name__}); make it with `python -m transformer_lib.train --task multi30k --prepare-only --out FOLDER`"
+        ) from None
 
 
 def _main(args: argparse.Namespace, argv: list[str] | None, processes: DistributedSetup, device: torch.device) -> dict[str, Any]:
@@ -453,6 +630,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
             raise ValueError(
                 f"{checkpoint_path} is a {resumed['task']!r} run but --task is {args.task!r}; use another --out, or --restart"
             )
+        _refuse_changed_settings(args, resumed, checkpoint_path)
         settings = dict(resumed["run"])
         # Only how long to train, where, and how to evaluate or show it may change when resuming.
         for key in ("epochs", "max_steps", "target_exact_match", "bleu", "beam_size", "bleu_threshold"):
@@ -465,10 +643,12 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
     else:
         settings = resolve_settings(args)
     data_cached = (out / "data.pt").is_file()
-    if resumed is None and not args.prepare_only and processes.is_main:
-        # A fresh run: weights kept by an earlier run in this folder must not join its average.
-        for old in [*kept_weights(out / "weights"), out / "model.pt"]:
-            old.unlink(missing_ok=True)
+    if resumed is None and processes.is_main:
+        # A fresh run (or --restart): weights kept by an earlier run in this folder must not join its
+        # average, and nothing an earlier run wrote is lost: it is moved aside.
+        rewrites_data = args.task == "multi30k" and args.data is None and (args.restart or args.prepare_only)
+        earlier = [] if args.prepare_only else list(_EARLIER_RESULTS)
+        _move_aside(out, earlier + (["data.pt"] if rewrites_data else []), say)
     # Every process has looked for a checkpoint and data before any process writes one.
     wait_for_all(device)
     torch.manual_seed(settings["seed"])
@@ -559,6 +739,11 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
     )
     if resumed is not None:
         trainer.load_state_dict(resumed)
+        if trainer.step > trainer.total_steps:
+            raise ValueError(
+                f"{checkpoint_path} is at step {trainer.step}, past the {trainer.total_steps} steps this run asks for "
+                "(--max-steps / --epochs); ask for more to go on, or --restart to start over"
+            )
     where = f"{processes.world_size} processes ({processes.backend}) on {device.type}" if processes.world_size > 1 else str(device)
     say(
         f"{args.task}: {count_parameters(model):,} parameters, {len(train_data):,} training pairs, "
@@ -625,7 +810,8 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
     }
     written = ["checkpoint.pt", "metrics.json"] + (["model.pt"] if selection["checkpoint"] == "model.pt" else [])
     if processes.is_main:
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(_json_safe(metrics), indent=2, allow_nan=False) + "\n"
+        atomic_write(out / "metrics.json", lambda f: f.write(text.encode("utf-8")))
         if _save_loss_plot(history, out / "loss.png", f"{args.task}: {metrics['parameters']:,} parameters, {trainer.step} steps"):
             written.append("loss.png")
     summary = ", ".join(f"{split} loss {m['loss']:.3f} / exact match {m['exact_match']:.1%}" for split, m in final.items())
@@ -704,9 +890,9 @@ def _save_loss_plot(history: dict[str, Any], path: Path, title: str) -> bool:
         print(f"no {path.name}: {error} (metrics.json has every number the plot would show)", flush=True)
         return False
     ax = plot_training_curves(history, title=title)
-    ax.figure.savefig(path, dpi=120)
+    atomic_write(path, lambda f: ax.figure.savefig(f, dpi=120, format="png"))
     return True
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -22,6 +22,7 @@ writes files. The updates are those of one process on the whole batch, up to rou
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import itertools
 import math
@@ -62,6 +63,9 @@ __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
     "CHECKPOINT_KEYS",
     "CheckpointError",
+    "TrainingDiverged",
+    "atomic_write",
+    "checkpoint_digest",
     "save_checkpoint",
     "load_checkpoint",
     "average_checkpoints",
@@ -568,16 +572,18 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.lr is not None and not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.lr is not None and not 0 < self.lr < math.inf:
+            raise ValueError(f"lr must be a positive finite number, got {self.lr}")
         if self.schedule not in ("noam", "cosine", "constant"):
             raise ValueError(f"schedule must be 'noam', 'cosine' or 'constant', got {self.schedule!r}")
         if self.schedule != "noam" and self.lr is None:
             raise ValueError(f"the {self.schedule} schedule needs lr (its peak learning rate)")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        if self.clip_norm is not None and not self.clip_norm > 0:
-            raise ValueError(f"clip_norm must be positive or None, got {self.clip_norm}")
+        if self.clip_norm is not None and not 0 < self.clip_norm < math.inf:
+            raise ValueError(f"clip_norm must be a positive finite number or None, got {self.clip_norm}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
         if self.amp not in ("auto", "bf16", "off"):
             raise ValueError(f"amp must be 'auto', 'bf16' or 'off', got {self.amp!r}")
         if self.target_exact_match is not None and not 0.0 < self.target_exact_match <= 1.0:
@@ -716,6 +722,7 @@ class Trainer:
         self._epoch_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         self._epoch_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
         self._window_start = time.perf_counter()
+        self._all_finite = torch.ones((), dtype=torch.bool, device=self.device)
 
     @property
     def is_main(self) -> bool:
@@ -749,8 +756,11 @@ class Trainer:
             # DDP averages the processes' gradients (divides their sum by world_size), so scaling
             # by world_size / all tokens makes the result the gradient of the whole batch's mean.
             (loss_sum * (self.world_size / batch_tokens.clamp_min(1.0)).to(loss_sum.dtype)).backward()
+        finite = torch.isfinite(batch_loss)
         if config.clip_norm is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm, foreach=True)
+            norm = nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm, foreach=True)
+            finite = finite & torch.isfinite(norm)
+        self._all_finite &= finite  # checked (one sync) before anything is logged, validated or saved
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
@@ -811,6 +821,23 @@ class Trainer:
             bar.close()
         return self.history
 
+    def _check_finite(self) -> None:
+        """Raise :class:`TrainingDiverged` if a loss, a gradient norm or a weight is NaN or infinite.
+
+        Called before every log record, validation and save, so a diverged model never reaches
+        the history or the checkpoint file: the last checkpoint keeps the last good weights.
+        """
+        finite = [self._all_finite, *(torch.isfinite(p).all() for p in self.model.parameters())]
+        if bool(torch.stack(finite).all()):
+            return
+        saved = f"step {self._saved_at[0]}" if self._saved_at is not None else "none was saved in this session"
+        where = f"; {self.checkpoint_path} keeps the last good weights ({saved})" if self.checkpoint_path else ""
+        raise TrainingDiverged(
+            f"training diverged by step {self.step}: the loss, the gradient norm or the weights became NaN or infinite "
+            f"(peak lr={self.config.lr}, clip_norm={self.config.clip_norm}){where}. Lower the learning rate, "
+            "or clip the gradients, and train again"
+        )
+
     def _should_stop(self) -> bool:
         if self.step >= self.total_steps:
             self.stopped_because = self.stopped_because or f"reached {self.total_steps} steps"
@@ -826,6 +853,7 @@ class Trainer:
         return self.elapsed_s + (time.perf_counter() - self._window_start)
 
     def _log(self) -> dict[str, float]:
+        self._check_finite()
         now = time.perf_counter()
         window_s = now - self._window_start
         self.elapsed_s += window_s
@@ -865,6 +893,7 @@ class Trainer:
     def _validate(self) -> None:
         if self.val_loader is None:
             return
+        self._check_finite()
         elapsed = self._elapsed_now()  # the time it took to train the model being evaluated
         metrics = evaluate(
             self.model, self.val_loader, device=self.device, pad_id=self.config.pad_id, amp=self.config.amp,
@@ -970,6 +999,7 @@ class Trainer:
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             return None
+        self._check_finite()  # never replace the last good checkpoint with diverged weights
         checkpoint = self.checkpoint()
         if self.is_main:
             save_checkpoint(path, checkpoint)
@@ -1010,6 +1040,10 @@ _PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, 
 
 class CheckpointError(ValueError):
     """A file that is not a checkpoint of this library's format, or a dict that cannot be saved as one."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss, a gradient norm or a weight became NaN or infinite; nothing diverged was saved."""
 
 
 def _check_plain(value: Any, where: str) -> None:
@@ -1056,23 +1090,67 @@ def save_checkpoint(path: str | Path, checkpoint: Mapping[str, Any]) -> None:
     if checkpoint["format_version"] != CHECKPOINT_FORMAT_VERSION:
         raise CheckpointError(f"format_version must be {CHECKPOINT_FORMAT_VERSION}, got {checkpoint['format_version']!r}")
     _check_plain(checkpoint, "checkpoint")
-    _atomic_save(path, checkpoint)
+    payload = {key: value for key, value in checkpoint.items() if key != "checksum"}
+    _atomic_save(path, {**payload, "checksum": {"sha256": checkpoint_digest(payload)}})
 
 
-def _atomic_save(path: Path, payload: Any) -> None:
-    """``torch.save`` to a temporary file, ``fsync``, then rename over ``path`` (see :func:`save_checkpoint`)."""
+def checkpoint_digest(checkpoint: Mapping[str, Any]) -> str:
+    """SHA-256 of a checkpoint's contents: every key, plain value, and tensor (dtype, shape, bytes).
+
+    :func:`save_checkpoint` stores it under ``"checksum"`` and :func:`load_checkpoint` recomputes it,
+    so a file changed after it was written (a disk or copy error) is refused instead of trained on.
+    """
+    digest = hashlib.sha256()
+    _update_digest(digest, {key: value for key, value in checkpoint.items() if key != "checksum"})
+    return digest.hexdigest()
+
+
+def _update_digest(digest: Any, value: Any) -> None:
+    if isinstance(value, Tensor):
+        flat = value.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"tensor {flat.dtype} {tuple(value.shape)};".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    elif isinstance(value, Mapping):
+        digest.update(f"dict {len(value)};".encode())
+        for key, item in value.items():
+            digest.update(f"{key!r}:".encode())
+            _update_digest(digest, item)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{type(value).__name__} {len(value)};".encode())
+        for item in value:
+            _update_digest(digest, item)
+    else:
+        digest.update(f"{type(value).__name__} {value!r};".encode())
+
+
+def atomic_write(path: str | Path, write: Callable[[Any], None]) -> None:
+    """Call ``write(file)`` on a temporary file beside ``path``, ``fsync``, then rename over ``path``.
+
+    A crash (or a full disk) leaves the previous ``path`` intact and no half-written file; the
+    temporary file (``.NAME.*.tmp``) is removed on any error, and by the trainer's command line
+    when a killed process left one behind. Errors writing become ``OSError`` s naming ``path``.
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(error, (OSError, RuntimeError)) and not isinstance(error, CheckpointError):
+            reason = " ".join(str(error).split())[:200]
+            raise OSError(f"could not write {path}: {reason} (is the disk full, or the folder read-only?)") from error
         raise
     _fsync_folder(path.parent)
+
+
+def _atomic_save(path: Path, payload: Any) -> None:
+    """``torch.save`` atomically (see :func:`atomic_write`)."""
+    atomic_write(path, lambda f: torch.save(payload, f))
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -1125,6 +1203,14 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device | None = 
             f"version {CHECKPOINT_FORMAT_VERSION}"
         )
     _check_keys(checkpoint, str(path))
+    stored = checkpoint.get("checksum")  # absent in checkpoints written before checksums existed
+    if stored is not None:
+        expected = stored.get("sha256") if isinstance(stored, dict) else None
+        if checkpoint_digest(checkpoint) != expected:
+            raise CheckpointError(
+                f"{path} is corrupt: its contents do not match the SHA-256 checksum stored when it was "
+                "written (the file changed on disk or in a copy); use a backup, or start over with --restart"
+            )
     return checkpoint
 
 

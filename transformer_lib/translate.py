@@ -13,16 +13,20 @@ From Python (the chapters do this)::
 
 This is the one module that joins the pieces: the model, the data pipeline (tokenizer, vocabularies),
 decoding and evaluation. Bad input (a missing or incompatible checkpoint, an empty sentence, a
-sentence longer than the model allows) raises :class:`TranslationError`; the command line prints
-its message and exits with status 2, without a traceback.
+sentence longer than the model allows, symbols a toy-task model does not know, a device this
+machine lacks) raises :class:`TranslationError`; a sentence of only unknown words warns. The
+command line prints one line ``error: ...`` and exits with status 2, without a traceback
+(``--debug`` or ``TRANSFORMER_LIB_DEBUG=1`` shows it).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -37,7 +41,7 @@ from .evaluation import BleuScore, bleu_scores, detokenize
 from .masking import padding_mask
 from .model import Transformer, TransformerConfig
 from .subword import SubwordTokenizer
-from .training import CheckpointError, load_checkpoint
+from .training import CheckpointError, TrainingDiverged, load_checkpoint
 
 __all__ = [
     "TranslationError",
@@ -45,6 +49,10 @@ __all__ = [
     "read_multi30k_split",
     "evaluate_bleu",
     "main",
+    "DEBUG_ENV",
+    "check_device",
+    "run_command",
+    "CommandLineParser",
 ]
 
 # How a source sentence becomes the encoder's input, by the checkpoint's data["source_format"]:
@@ -84,12 +92,14 @@ class Translator:
     data: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu") -> Translator:
+    def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu", task: str | None = None) -> Translator:
         """Rebuild the model from a checkpoint file; raises :class:`TranslationError` if it cannot.
 
         The file is read by :func:`transformer_lib.training.load_checkpoint` (``weights_only``, so
-        no code runs while loading); its errors become :class:`TranslationError` s.
+        no code runs while loading, and its checksum is verified); its errors become
+        :class:`TranslationError` s. ``task``: refuse a checkpoint trained on another task.
         """
+        device = check_device(device)
         try:
             checkpoint = load_checkpoint(path, map_location=device)
         except (FileNotFoundError, CheckpointError) as error:
@@ -113,9 +123,11 @@ class Translator:
             reason = " ".join(str(error).split())[:300]
             raise TranslationError(f"{path} is an incompatible checkpoint: the weights do not fit its model_config ({reason})") from None
         data = dict(checkpoint.get("data") or {})
-        task = checkpoint["task"]
+        task, expected_task = checkpoint["task"], task
         if task not in (*TOY_TASKS, "multi30k"):
             raise TranslationError(f"{path} is an incompatible checkpoint: unknown task {task!r}")
+        if expected_task is not None and task != expected_task:
+            raise TranslationError(f"{path} was trained on the {task!r} task, not {expected_task!r}")
         if task == "multi30k":
             for key in ("src_lang", "tgt_lang"):
                 if key not in data:
@@ -165,9 +177,10 @@ class Translator:
         add_bos, add_eos = SOURCE_FORMATS[self.data.get("source_format", DEFAULT_SOURCE_FORMAT)]
         rows = []
         for i, sentence in enumerate(sentences, start=1):
-            tokens = self.tokenize(sentence)
+            tokens = self.tokenize(_check_text(sentence, i))
             if not tokens:
                 raise TranslationError(f"input sentence {i} is empty; give some text to translate")
+            self._check_known(tokens, i)
             ids = self.src_vocab.encode(tokens, add_bos=add_bos, add_eos=add_eos)
             if len(ids) > self.max_source_tokens:
                 raise TranslationError(
@@ -176,6 +189,23 @@ class Translator:
                 )
             rows.append(ids)
         return rows
+
+    def _check_known(self, tokens: Sequence[str], i: int) -> None:
+        """Toy tasks know only their symbols (refuse others); warn when a sentence is all unknown words."""
+        unknown = [token for token in tokens if token not in self.src_vocab]
+        if unknown and self.task in TOY_TASKS:
+            symbols = " ".join(t for t in self.src_vocab.tokens if not t.startswith("<"))
+            raise TranslationError(
+                f"input sentence {i} has {len(unknown)} symbol(s) the {self.task!r} task does not know, e.g. "
+                f"{unknown[0]!r}; this checkpoint copies or reverses the symbols {symbols} separated by spaces"
+            )
+        if len(unknown) == len(tokens):
+            warnings.warn(
+                f"input sentence {i}: every word is unknown to the model's {len(self.src_vocab)}-token source "
+                f"vocabulary (e.g. {unknown[0]!r}), so its translation is a guess; is it in the source language "
+                f"({self.data.get('src_lang', '?')})?",
+                UserWarning, stacklevel=4,
+            )
 
     def encode(self, sentences: Sequence[str]) -> tuple[Tensor, Tensor]:
         """Sentences to a padded source batch ``(B, S)`` and its padding mask ``(B, 1, 1, S)``."""
@@ -200,7 +230,9 @@ class Translator:
     def translate_ids(self, src: Tensor, src_mask: Tensor, beam_size: int = 1) -> Tensor:
         """Decode one encoded batch: greedy for ``beam_size=1``, else beam search. ``(B, T_out)``."""
         max_len = min(self.model.config.max_len, src.size(1) + EXTRA_OUTPUT_TOKENS)
-        ids = dict(max_len=max_len, bos_id=self.tgt_vocab.bos_id, eos_id=self.tgt_vocab.eos_id, pad_id=self.tgt_vocab.pad_id)
+        # min_len=1: an empty output never translates a sentence; without it a wide beam (50+)
+        # keeps the empty hypothesis finished at step 1, which then outscores every longer one.
+        ids = dict(max_len=max_len, bos_id=self.tgt_vocab.bos_id, eos_id=self.tgt_vocab.eos_id, pad_id=self.tgt_vocab.pad_id, min_len=1)
         if beam_size == 1:
             return greedy_decode(self.model, src, src_mask, **ids)
         return beam_search(self.model, src, src_mask, beam_size=beam_size, **ids).sequences
@@ -214,6 +246,8 @@ class Translator:
             raise TypeError("translate expects a list of sentences; wrap a single sentence in a list")
         if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
             raise TranslationError(f"beam size must be a positive integer, got {beam_size!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise TranslationError(f"batch size must be a positive integer, got {batch_size!r}")
         rows = self.source_ids(sentences)  # checks every sentence before spending time on any
         # Sorting by length puts similar lengths in a batch: less padding, fewer wasted steps.
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
@@ -229,6 +263,29 @@ class Translator:
     def translate(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64) -> list[str]:
         """Translate sentences (in batches of similar length) and return detokenized text, in order."""
         return [self.detokenize(tokens) for tokens in self.translate_tokens(sentences, beam_size, batch_size)]
+
+
+def _check_text(sentence: object, i: int) -> str:
+    if not isinstance(sentence, str):
+        raise TranslationError(f"input sentence {i} is a {type(sentence).__name__}, not text (str)")
+    try:
+        sentence.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes from the command line arrive as lone surrogates
+        raise TranslationError(f"input sentence {i} is not valid UTF-8 text: {ascii(sentence)[:80]}") from None
+    return sentence
+
+
+def check_device(name: str | torch.device) -> torch.device:
+    """``name`` as a device this machine has; :class:`TranslationError` (a ``ValueError``) if it has not."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as error:
+        raise TranslationError(f"--device {name}: not a device ({error}); use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise TranslationError(f"--device {name}: this machine has no CUDA GPU (torch.cuda.is_available() is False); use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise TranslationError(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    return device
 
 
 def read_multi30k_split(split: str, data_dir: str | Path | None, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
@@ -281,8 +338,42 @@ def evaluate_bleu(
     return results
 
 
+# Set to 1 for full tracebacks from the command lines (as --debug does).
+DEBUG_ENV = "TRANSFORMER_LIB_DEBUG"
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line, ``error: ...``, with exit status 2."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def run_command(run: Callable[[], Any], argv: Sequence[str] | None) -> int:
+    """Call ``run()``; a user error (bad value, missing or unreadable file, diverged training) prints
+    one line ``error: ...`` and returns 2, a success returns 0. ``--debug`` in ``argv`` (or
+    ``TRANSFORMER_LIB_DEBUG=1``) lets the traceback through instead."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            run()
+    except (ValueError, OSError, TrainingDiverged) as error:
+        if debug:
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    finally:
+        for warning in caught:
+            print(f"warning: {warning.message}", file=sys.stderr)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="python -m transformer_lib.translate",
         description="Translate sentences with a trained checkpoint, or report its BLEU on Multi30k.",
     )
@@ -296,6 +387,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="with --eval: only the first N sentences")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--debug", action="store_true", help=f"show the traceback of an error (or set {DEBUG_ENV}=1)")
     return parser
 
 
@@ -337,14 +429,9 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (0 ok, 2 bad input)."""
+    """Command-line entry point; returns the exit status (0 ok, 2 bad input: one line ``error: ...``)."""
     args = _parser().parse_args(argv)
-    try:
-        _run(args)
-    except TranslationError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(lambda: _run(args), argv)
 
 
 if __name__ == "__main__":

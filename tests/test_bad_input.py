@@ -1,0 +1,409 @@
+"""Every bad input of issue 14, one case each: the exit status or exception type, and a message
+that names the problem. Command-line cases also check that the error is one line, without a
+traceback, and that a run which never started leaves no output folder behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_lib import train, translate
+from transformer_lib.data import MULTI30K_SHA256, Vocab
+from transformer_lib.decoding import beam_search, greedy_decode, sample, sampling_distribution
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.training import CheckpointError, TrainConfig, Trainer, load_checkpoint, save_checkpoint
+from transformer_lib.translate import TranslationError, Translator
+
+TOY = ["--task", "reverse", "--n-train", "200", "--n-heldout", "20", "--max-len", "4", "--no-progress", "--device", "cpu"]
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+
+
+def run(cli, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Exit status and standard error of a command line (argparse's own errors exit via SystemExit)."""
+    try:
+        code = cli(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
+def assert_one_line_error(code: int, err: str, *names: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if not line.startswith("warning: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished 4-step reverse run (its folder), copied by each test that changes it."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    train.main([*TOY, "--max-steps", "4", "--eval-every", "2", "--out", str(out)])
+    return out
+
+
+@pytest.fixture
+def run_copy(trained: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(trained, tmp_path / "run"))
+
+
+# --- 1. The trainer's options: one line, exit 2, no folder left behind -----------------------------
+
+TRAIN_OPTIONS = [
+    (["--batch-size", "0"], ["--batch-size", "at least 1", "0"]),
+    (["--lr", "-1"], ["--lr", "> 0", "-1"]),
+    (["--lr", "inf"], ["--lr", "finite", "inf"]),
+    (["--lr", "nan"], ["--lr", "finite", "nan"]),
+    (["--dropout", "1.5"], ["--dropout", "[0, 1)", "1.5"]),
+    (["--label-smoothing", "1.0"], ["--label-smoothing", "[0, 1)", "1.0"]),
+    (["--clip-norm", "-1"], ["--clip-norm", "-1"]),
+    (["--weight-decay", "-0.1"], ["--weight-decay", ">= 0", "-0.1"]),
+    (["--target-exact-match", "2"], ["--target-exact-match", "(0, 1]", "2"]),
+    (["--max-steps", "0"], ["--max-steps", "at least 1"]),
+    (["--epochs", "0"], ["--epochs", "at least 1"]),
+    (["--checkpoint-every", "0"], ["--checkpoint-every", "at least 1"]),
+    (["--warmup", "0"], ["--warmup", "at least 1"]),
+    (["--device", "tpu9"], ["--device tpu9", "not a device"]),
+    (["--prepare-only"], ["--prepare-only", "reverse"]),
+    (["--data", "somewhere.pt"], ["--data", "toy tasks"]),
+    (["--batch-size", "abc"], ["--batch-size", "invalid int value", "'abc'"]),
+    (["--schedule", "linear"], ["--schedule", "invalid choice", "'linear'"]),
+]
+
+
+@pytest.mark.parametrize(("options", "names"), TRAIN_OPTIONS, ids=[" ".join(o) for o, _ in TRAIN_OPTIONS])
+def test_train_rejects_a_bad_option_in_one_line(tmp_path: Path, capsys, options: list[str], names: list[str]) -> None:
+    out = tmp_path / "never"
+    code, err = run(train.cli, [*TOY, "--out", str(out), *options], capsys)
+    assert_one_line_error(code, err, *names)
+    assert not out.exists(), "a run that never started left its output folder behind"
+
+
+@NO_CUDA
+def test_train_device_cuda_without_a_gpu(tmp_path: Path, capsys) -> None:
+    code, err = run(train.cli, [*TOY, "--out", str(tmp_path / "x"), "--device", "cuda"], capsys)
+    assert_one_line_error(code, err, "--device cuda", "no CUDA GPU", "--device cpu")
+
+
+def test_train_debug_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="--batch-size must be at least 1"):
+        train.cli([*TOY, "--out", str(tmp_path / "x"), "--batch-size", "0", "--debug"])
+    monkeypatch.setenv(translate.DEBUG_ENV, "1")
+    with pytest.raises(ValueError, match="--lr"):
+        train.cli([*TOY, "--out", str(tmp_path / "x"), "--lr", "-1"])
+
+
+def test_the_module_command_line_exits_2_without_a_traceback(tmp_path: Path) -> None:
+    for module, argv in (
+        ("transformer_lib.train", [*TOY, "--out", str(tmp_path / "x"), "--lr", "inf"]),
+        ("transformer_lib.translate", ["--checkpoint", str(tmp_path / "missing.pt"), "Hallo"]),
+    ):
+        result = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+# --- 2. Data and output folders -----------------------------------------------------------------
+
+
+def test_missing_multi30k_folder(tmp_path: Path, capsys) -> None:
+    code, err = run(train.cli, ["--task", "multi30k", "--out", str(tmp_path / "o"), "--data-dir", str(tmp_path / "nowhere")], capsys)
+    assert_one_line_error(code, err, str(tmp_path / "nowhere"))
+
+
+def test_corrupt_multi30k_files(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in MULTI30K_SHA256:
+        (folder / name).write_bytes(b"not the data")
+    code, err = run(train.cli, ["--task", "multi30k", "--out", str(tmp_path / "o"), "--data-dir", str(folder)], capsys)
+    assert_one_line_error(code, err, "SHA-256")
+
+
+@pytest.mark.parametrize("content", [b"plain text, not torch", None], ids=["not-prepared-data", "missing"])
+def test_data_option_that_is_not_prepared_data(tmp_path: Path, capsys, content: bytes | None) -> None:
+    path = tmp_path / "data.pt"
+    if content is not None:
+        path.write_bytes(content)
+    code, err = run(train.cli, ["--task", "multi30k", "--out", str(tmp_path / "o"), "--data", str(path)], capsys)
+    assert_one_line_error(code, err, str(path), "prepare-only")
+    assert "weights_only=False" not in err  # torch's advice to unpickle an unknown file is not repeated
+
+
+def test_unwritable_out(tmp_path: Path, capsys) -> None:
+    (tmp_path / "a-file").write_text("x")
+    code, err = run(train.cli, [*TOY, "--out", str(tmp_path / "a-file" / "run")], capsys)
+    assert_one_line_error(code, err, "a-file")
+
+
+def test_full_disk_keeps_the_previous_checkpoint(run_copy: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = (run_copy / "checkpoint.pt").read_bytes()
+
+    def disk_full(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:595] . unexpected pos 1207936 vs 1207824")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    code, err = run(train.cli, [*TOY, "--max-steps", "6", "--eval-every", "2", "--out", str(run_copy)], capsys)
+    assert_one_line_error(code, err, "could not write", "checkpoint.pt", "disk full")
+    assert (run_copy / "checkpoint.pt").read_bytes() == before
+    assert not list(run_copy.glob(".*.tmp"))
+
+
+def test_stale_temporary_files_are_removed_on_the_next_start(run_copy: Path) -> None:
+    stale = run_copy / ".checkpoint.pt.k1ll3d.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    train.main([*TOY, "--max-steps", "4", "--eval-every", "2", "--out", str(run_copy)])
+    assert not stale.exists()
+
+
+def test_a_second_run_into_a_locked_folder_is_refused(run_copy: Path, capsys) -> None:
+    fcntl = pytest.importorskip("fcntl")
+    with open(run_copy / ".lock", "a+") as held:  # another run holds the folder
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
+    assert_one_line_error(code, err, "another run", str(run_copy))
+
+
+def test_restart_moves_earlier_results_aside(run_copy: Path) -> None:
+    before = (run_copy / "checkpoint.pt").read_bytes()
+    train.main([*TOY, "--max-steps", "2", "--out", str(run_copy), "--restart"])
+    (aside,) = run_copy.glob("previous-*")
+    assert (aside / "checkpoint.pt").read_bytes() == before and (aside / "metrics.json").is_file()
+    assert load_checkpoint(run_copy / "checkpoint.pt")["step"] == 2
+
+
+def test_metrics_json_is_strict_json(run_copy: Path) -> None:
+    def refuse(name: str) -> None:
+        raise AssertionError(f"metrics.json holds {name}, which JSON does not have")
+
+    json.loads((run_copy / "metrics.json").read_text(), parse_constant=refuse)
+
+
+# --- 3. Resuming --------------------------------------------------------------------------------
+
+
+def test_resume_refuses_changed_settings_and_names_each(run_copy: Path, capsys) -> None:
+    changed = ["--lr", "0.5", "--batch-size", "8", "--seed", "7", "--dropout", "0.3", "--preset", "multi30k"]
+    code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy), *changed], capsys)
+    assert_one_line_error(
+        code, err, "--lr 0.5 (the checkpoint has 0.003)", "--batch-size 8 (the checkpoint has 64)",
+        "--seed 7 (the checkpoint has 0)", "--dropout 0.3 (the checkpoint has 0.0)", "--preset multi30k", "--restart",
+    )
+    assert load_checkpoint(run_copy / "checkpoint.pt")["step"] == 4  # untouched
+
+
+def test_resume_refuses_fewer_steps_than_done(run_copy: Path, capsys) -> None:
+    code, err = run(train.cli, [*TOY, "--max-steps", "2", "--out", str(run_copy)], capsys)
+    assert_one_line_error(code, err, "at step 4", "past the 2 steps")
+
+
+def test_resume_honours_more_steps(run_copy: Path) -> None:
+    metrics = train.main([*TOY, "--max-steps", "6", "--eval-every", "2", "--out", str(run_copy)])
+    assert metrics["resumed_from_step"] == 4 and metrics["steps"] == 6 and metrics["settings"]["max_steps"] == 6
+
+
+def test_resume_refuses_another_task(run_copy: Path, capsys) -> None:
+    code, err = run(train.cli, ["--task", "copy", "--out", str(run_copy), "--no-progress"], capsys)
+    assert_one_line_error(code, err, "'reverse' run", "--task is 'copy'")
+
+
+# --- 4. Non-finite training and corrupt checkpoints ------------------------------------------------
+
+
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(run_copy: Path, capsys, monkeypatch) -> None:
+    before = (run_copy / "checkpoint.pt").read_bytes()
+    real_step = Trainer.train_step
+
+    def poisoned(self: Trainer, batch):
+        loss = real_step(self, batch)
+        if self.step == 5:
+            with torch.no_grad():
+                next(self.model.parameters()).fill_(float("nan"))  # what --lr far too high does
+        return loss
+
+    monkeypatch.setattr(Trainer, "train_step", poisoned)
+    code, err = run(train.cli, [*TOY, "--max-steps", "8", "--eval-every", "2", "--out", str(run_copy)], capsys)
+    assert_one_line_error(code, err, "diverged", "NaN or infinite", "last good weights")
+    assert (run_copy / "checkpoint.pt").read_bytes() == before
+
+
+def test_a_corrupt_checkpoint_is_refused_by_resume_and_translate(run_copy: Path, capsys) -> None:
+    path = run_copy / "checkpoint.pt"
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 400] = bytes(b ^ 0xFF for b in data[middle : middle + 400])
+    path.write_bytes(bytes(data))
+    code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
+    assert_one_line_error(code, err, str(path), "corrupt")
+    code, err = run(translate.main, ["--checkpoint", str(path), "--device", "cpu", "1 2 3"], capsys)
+    assert_one_line_error(code, err, str(path), "corrupt")
+
+
+def test_a_changed_tensor_fails_the_checksum(trained: Path, tmp_path: Path) -> None:
+    checkpoint = torch.load(trained / "checkpoint.pt", weights_only=True)
+    name = next(iter(checkpoint["model_state"]))
+    checkpoint["model_state"][name].view(-1)[0] += 1.0  # one weight, checksum left as it was
+    torch.save(checkpoint, tmp_path / "edited.pt")
+    with pytest.raises(CheckpointError, match="is corrupt"):
+        load_checkpoint(tmp_path / "edited.pt")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_len", 10**9, "max_len=1000000000 is more than"),
+        ("n_encoder_layers", 10**6, "n_encoder_layers=1000000 is more than"),
+        ("layer_norm_eps", -100.0, "layer_norm_eps must be a small positive number"),
+        ("dropout", "0.1", "dropout must be in"),
+        ("d_modle", 64, "unknown model config field"),
+    ],
+)
+def test_a_checkpoint_config_out_of_bounds_is_refused(trained: Path, tmp_path: Path, capsys, field, value, message) -> None:
+    checkpoint = load_checkpoint(trained / "checkpoint.pt")
+    checkpoint["model_config"][field] = value
+    save_checkpoint(tmp_path / "odd.pt", checkpoint)  # a valid file, with a valid checksum
+    code, err = run(translate.main, ["--checkpoint", str(tmp_path / "odd.pt"), "--device", "cpu", "1 2"], capsys)
+    assert_one_line_error(code, err, message)
+
+
+def test_train_config_refuses_an_infinite_rate() -> None:
+    with pytest.raises(ValueError, match="lr must be a positive finite number, got inf"):
+        TrainConfig(epochs=1, schedule="constant", lr=float("inf"))
+
+
+# --- 5. The translator ----------------------------------------------------------------------------
+
+TRANSLATE_CASES = [
+    (["--beam", "0", "1 2"], ["--beam", "positive", "0"]),
+    (["--batch-size", "0", "1 2"], ["--batch-size", "positive", "0"]),
+    ([], ["give a sentence"]),
+    (["Ein Mann fährt Fahrrad."], ["sentence 1", "'reverse' task does not know", "'Ein'"]),
+    (["1 2 \udcff"], ["sentence 1", "not valid UTF-8"]),
+    (["--beam", "x", "1 2"], ["--beam", "invalid int value"]),
+    (["--device", "tpu9", "1 2"], ["--device tpu9", "not a device"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "names"), TRANSLATE_CASES, ids=[" ".join(a)[:30] for a, _ in TRANSLATE_CASES])
+def test_translate_rejects_bad_input_in_one_line(trained: Path, capsys, argv: list[str], names: list[str]) -> None:
+    code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), *argv], capsys)
+    assert_one_line_error(code, err, *names)
+
+
+@NO_CUDA
+def test_translate_device_cuda_without_a_gpu_is_not_called_a_bad_checkpoint(trained: Path, capsys) -> None:
+    code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), "--device", "cuda", "1 2"], capsys)
+    assert_one_line_error(code, err, "no CUDA GPU")
+    assert "not a transformer_lib checkpoint" not in err
+
+
+@pytest.mark.parametrize("content", [None, b"PK\x03\x04 not a zip"], ids=["missing", "not-a-checkpoint"])
+def test_translate_checkpoint_that_is_missing_or_not_one(tmp_path: Path, capsys, content) -> None:
+    path = tmp_path / "model.pt"
+    if content is not None:
+        path.write_bytes(content)
+    code, err = run(translate.main, ["--checkpoint", str(path), "--device", "cpu", "1 2"], capsys)
+    assert_one_line_error(code, err, str(path))
+
+
+@pytest.fixture(scope="module")
+def translator(trained: Path) -> Translator:
+    return Translator.from_checkpoint(trained / "checkpoint.pt")
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda t: t.translate(["1 2"], batch_size=-1), TranslationError, "batch size must be a positive integer, got -1"),
+        (lambda t: t.translate(["1 2"], batch_size=0), TranslationError, "batch size must be a positive integer, got 0"),
+        (lambda t: t.translate([None]), TranslationError, "sentence 1 is a NoneType"),
+        (lambda t: t.translate([]), TranslationError, "nothing to translate"),
+        (lambda t: t.translate(["1 2"], beam_size=0), TranslationError, "beam size must be a positive integer"),
+        (lambda t: t.translate(["   "]), TranslationError, "sentence 1 is empty"),
+    ],
+    ids=["batch-negative", "batch-zero", "none", "no-sentences", "beam-zero", "blank"],
+)
+def test_translator_arguments(translator: Translator, call, error, message: str) -> None:
+    with pytest.raises(error, match=message):
+        call(translator)
+
+
+def test_translator_refuses_a_checkpoint_of_another_task(trained: Path) -> None:
+    with pytest.raises(TranslationError, match="trained on the 'reverse' task, not 'multi30k'"):
+        Translator.from_checkpoint(trained / "checkpoint.pt", task="multi30k")
+
+
+def test_a_wide_beam_no_longer_ends_at_step_one(translator: Translator) -> None:
+    """Beam 50 used to return empty translations: <eos> finished at step 1 and outscored the rest."""
+    src, src_mask = translator.encode(["1 2 3", "4", "5 6"])
+    eos = translator.tgt_vocab.eos_id
+    assert not (translator.translate_ids(src, src_mask, beam_size=50)[:, 0] == eos).any()
+    ids = dict(bos_id=translator.tgt_vocab.bos_id, eos_id=eos, pad_id=translator.tgt_vocab.pad_id)
+    unguarded = beam_search(translator.model, src, src_mask, beam_size=50, max_len=8, **ids)  # min_len=0
+    assert (unguarded.sequences[:, 0] == eos).any(), "the check must be able to fail"
+
+
+def test_a_sentence_of_only_unknown_words_warns() -> None:
+    pytest.importorskip("spacy")
+    vocab = Vocab(["<pad>", "<unk>", "<bos>", "<eos>", "ein", "Mann"])
+    model = Transformer(TransformerConfig.from_preset("tiny", src_vocab_size=len(vocab), tgt_vocab_size=len(vocab)))
+    translator = Translator(model.eval(), vocab, vocab, "multi30k", {"src_lang": "de", "tgt_lang": "en"})
+    with pytest.warns(UserWarning, match="sentence 1: every word is unknown.*'你好'"):
+        translator.source_ids(["你好 🙂"])
+
+
+# --- 6. Decoding functions ------------------------------------------------------------------------
+
+V, BOS, EOS, PAD = 10, 2, 3, 0
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig.from_preset("tiny", src_vocab_size=V, tgt_vocab_size=V)).eval()
+
+
+SRC = torch.tensor([[5, 6, 7, EOS]])
+IDS = dict(max_len=5, bos_id=BOS, eos_id=EOS, pad_id=PAD)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda m: greedy_decode(m, SRC, None, **{**IDS, "eos_id": V}), ValueError, "eos_id=10 is outside the target vocabulary"),
+        (lambda m: greedy_decode(m, SRC, None, **{**IDS, "bos_id": 99}), ValueError, "bos_id=99 is outside"),
+        (lambda m: greedy_decode(m, SRC + 20, None, **IDS), ValueError, "token id 27, outside the source vocabulary"),
+        (lambda m: greedy_decode(m, SRC[:, :0], None, **IDS), ValueError, r"src is empty, shape \(1, 0\)"),
+        (lambda m: beam_search(m, SRC[:0], None, beam_size=2, **IDS), ValueError, r"src is empty, shape \(0, 4\)"),
+        (lambda m: greedy_decode(m, SRC, None, **IDS, min_len=-1), ValueError, "min_len must be an integer >= 0"),
+        (lambda m: m(SRC.to(torch.uint8), SRC), TypeError, "torch.long.*uint8"),
+        (lambda m: sample(m, SRC, None, **IDS, temperature=float("nan")), ValueError, "temperature"),
+    ],
+    ids=["eos-outside", "bos-outside", "src-outside", "zero-length-source", "empty-batch", "min-len", "uint8", "nan-temperature"],
+)
+def test_decoding_arguments(model: Transformer, call, error, message: str) -> None:
+    with pytest.raises(error, match=message):
+        call(model)
+
+
+def test_sampling_from_all_minus_infinity_is_refused() -> None:
+    with pytest.raises(ValueError, match="no distribution to sample from"):
+        sampling_distribution(torch.full((2, 5), float("-inf")))
+
+
+def test_a_nan_embedding_row_is_refused_not_decoded_to_padding(model: Transformer) -> None:
+    broken = Transformer(model.config).eval()
+    broken.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        broken.src_embed.embedding.weight[5].fill_(float("nan"))
+    with pytest.raises(ValueError, match="NaN or infinite.*corrupt"):
+        greedy_decode(broken, SRC, None, **IDS)
