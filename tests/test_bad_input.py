@@ -74,6 +74,9 @@ TRAIN_OPTIONS = [
     (["--device", "tpu9"], ["--device tpu9", "not a device"]),
     (["--prepare-only"], ["--prepare-only", "reverse"]),
     (["--data", "somewhere.pt"], ["--data", "toy tasks"]),
+    (["--tokenizer", "bpe"], ["--tokenizer", "reverse"]),
+    (["--vocab-size", "8000"], ["--vocab-size", "reverse"]),
+    (["--norm", "middle"], ["--norm", "invalid choice", "'middle'"]),
     (["--batch-size", "abc"], ["--batch-size", "invalid int value", "'abc'"]),
     (["--schedule", "linear"], ["--schedule", "invalid choice", "'linear'"]),
 ]
@@ -407,3 +410,11 @@ def test_a_nan_embedding_row_is_refused_not_decoded_to_padding(model: Transforme
         broken.src_embed.embedding.weight[5].fill_(float("nan"))
     with pytest.raises(ValueError, match="NaN or infinite.*corrupt"):
         greedy_decode(broken, SRC, None, **IDS)
+
+
+def test_train_bpe_vocabulary_smaller_than_the_specials(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "never"
+    code, err = run(train.cli, ["--task", "multi30k", "--tokenizer", "bpe", "--vocab-size", "4", "--no-progress",
+                                "--device", "cpu", "--out", str(out)], capsys)
+    assert_one_line_error(code, err, "--vocab-size", "4 special tokens", "got 4")
+    assert not out.exists()

@@ -58,6 +58,7 @@ import torch.distributed as dist
 
 from .data import (
     SOURCE_FORMAT,
+    SPECIALS,
     TOKENIZERS,
     TOY_TASKS,
     PreparedTranslation,
@@ -239,6 +240,8 @@ def _check_settings(settings: dict[str, Any]) -> None:
         value = settings.get(key)
         if value is not None and value < 1:
             raise ValueError(f"--{key.replace('_', '-')} must be at least 1 (or left out), got {value}")
+    if settings.get("tokenizer") == "bpe" and settings.get("vocab_size") is not None and settings["vocab_size"] <= len(SPECIALS):
+        raise ValueError(f"--vocab-size must be more than the {len(SPECIALS)} special tokens for --tokenizer bpe, got {settings['vocab_size']}")
     if settings.get("average_last", 0) < 0:
         raise ValueError(f"--average-last must be 0 (off) or more, got {settings['average_last']}")
     _check_numbers(settings)
@@ -268,7 +271,7 @@ def _check_numbers(settings: dict[str, Any]) -> None:
 def _check_options(args: argparse.Namespace) -> None:
     """Options that make no sense together or for the task: refuse them before anything is created."""
     toy_only = ("n_train", "n_heldout", "n_symbols", "min_len", "max_len")
-    multi30k_only = ("data_dir", "data", "prepare_only", "train_size", "min_freq", "lowercase")
+    multi30k_only = ("data_dir", "data", "prepare_only", "train_size", "min_freq", "lowercase", "tokenizer", "vocab_size")
     wrong = [key for key in (multi30k_only if args.task in TOY_TASKS else toy_only) if getattr(args, key) not in (None, False)]
     if wrong:
         names = ", ".join(f"--{key.replace('_', '-')}" for key in wrong)
