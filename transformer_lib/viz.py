@@ -899,7 +899,7 @@ def validation_bleu_chart(runs: dict[str, dict[str, Any]], title: str = "Validat
             tooltip=["run", "epoch", alt.Tooltip("BLEU:Q", format=".2f")],
         )
         .add_params(pick)
-        .properties(width="container", height=280)
+        .properties(width=520, height=280)
     )
 
 
