@@ -11,9 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lib.blocks import DecoderLayer, EncoderLayer
+from transformer_lib.blocks import EncoderLayer
 from transformer_lib.checks import check_causal
 from transformer_lib.decoding import greedy_continue, sample_continue
+from transformer_lib.kv_cache import kv_cache
 from transformer_lib.masking import causal_mask, to_torch_blocked
 from transformer_lib.model import POSITIONAL, DecoderOnlyTransformer, TransformerConfig, count_parameters
 from transformer_lib.reference import torch_encoder_layer
@@ -29,22 +30,19 @@ def lm(positional: str = "sinusoidal", **overrides) -> DecoderOnlyTransformer:
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_decoder_layer_without_cross_attention_is_a_causal_encoder_layer(no_fastpath, norm_first: bool) -> None:
-    ours = DecoderLayer(16, 4, 32, norm_first=norm_first, cross_attention=False).eval()
-    assert ours.cross_attn is None and ours.cross_attn_residual is None
+def test_the_gpt_block_is_a_causal_encoder_layer(no_fastpath, norm_first: bool) -> None:
+    model = lm(norm_first=norm_first).eval()
+    ours = model.decoder.layers[0]
+    assert type(ours) is EncoderLayer
     with torch.no_grad():
         for m in ours.modules():
             if isinstance(m, nn.LayerNorm):
                 m.weight.normal_(1.0, 0.2)
                 m.bias.normal_(0.0, 0.2)
-    # The same weights in an EncoderLayer, and from there in nn.TransformerEncoderLayer.
-    encoder_layer = EncoderLayer(16, 4, 32, norm_first=norm_first).eval()
-    state = {k.replace("self_attn_residual", "attn_residual"): v for k, v in ours.state_dict().items()}
-    encoder_layer.load_state_dict(state)
-    theirs = torch_encoder_layer(encoder_layer).eval()
+    theirs = torch_encoder_layer(ours).eval()  # the same weights in nn.TransformerEncoderLayer
     x = torch.randn(3, 7, 16)
-    out, self_weights, cross_weights = ours(x, None, tgt_mask=causal_mask(7), need_weights=True)
-    assert cross_weights is None and self_weights.shape == (3, 4, 7, 7)
+    out, self_weights = ours(x, causal_mask(7), need_weights=True)
+    assert self_weights.shape == (3, 4, 7, 7) and bool((self_weights[..., 0, 1:] == 0).all())
     expected = theirs(x, src_mask=to_torch_blocked(causal_mask(7)[0, 0]))
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
 
@@ -80,10 +78,10 @@ def test_cached_decoding_equals_the_full_pass(positional: str) -> None:
                 p.normal_()
     tokens = torch.randint(1, V, (2, 10))
     full = model.decode(tokens, tgt_mask=causal_mask(10))
-    cache = model.new_cache()
-    prompt = model.decode(tokens[:, :4], tgt_mask=causal_mask(4), cache=cache)  # the prompt at once
-    steps = [model.decode(tokens[:, t : t + 1], cache=cache) for t in range(4, 10)]  # then one by one
-    assert cache.length == 10
+    with kv_cache(model) as cache:
+        prompt = model.decode(tokens[:, :4], tgt_mask=causal_mask(4))  # the prompt at once
+        steps = [model.decode(tokens[:, t : t + 1], start=t) for t in range(4, 10)]  # then one by one
+        assert cache.length == 10
     torch.testing.assert_close(torch.cat([prompt, *steps], dim=1), full, atol=1e-5, rtol=0)
 
 

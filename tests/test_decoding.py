@@ -18,6 +18,7 @@ from transformer_lib.decoding import (
     sample,
     sampling_distribution,
 )
+from transformer_lib.kv_cache import kv_cache
 from transformer_lib.masking import causal_mask
 from transformer_lib.model import Transformer, TransformerConfig
 
@@ -102,14 +103,15 @@ def test_cached_steps_equal_the_full_forward_pass(seed: int, config: str) -> Non
     tgt = torch.randint(4, V, (src.size(0), 10), generator=g)
     tgt[:, 0] = BOS
     with torch.no_grad():
-        full = model(src, tgt, src_mask, causal_mask(tgt.size(1)))  # (B, T, V)
+        full = model(src, tgt, src_mask, causal_mask(tgt.size(1)))  # (B, T, V), before the cache exists
         memory = model.encode(src, src_mask)
-        cache = model.new_cache()
+        for t in range(tgt.size(1)):
+            uncached = next_token_logits(model, tgt[:, : t + 1], memory, src_mask)  # (B, V)
+            torch.testing.assert_close(uncached, full[:, t], atol=1e-5, rtol=0)
+    with torch.no_grad(), kv_cache(model) as cache:  # inside, every call adds to the cache
         for t in range(tgt.size(1)):
             cached = next_token_logits(model, tgt[:, t : t + 1], memory, src_mask, cache)  # (B, V)
-            uncached = next_token_logits(model, tgt[:, : t + 1], memory, src_mask)  # (B, V)
             torch.testing.assert_close(cached, full[:, t], atol=1e-5, rtol=0)
-            torch.testing.assert_close(uncached, full[:, t], atol=1e-5, rtol=0)
             assert cache.length == t + 1
 
 
@@ -120,9 +122,9 @@ def test_cache_accepts_several_new_tokens_at_once() -> None:
     tgt = torch.randint(4, V, (src.size(0), 8))
     tgt[:, 0] = BOS
     with torch.no_grad():
-        full = model(src, tgt, src_mask, causal_mask(tgt.size(1)))  # (B, T, V)
+        full = model(src, tgt, src_mask, causal_mask(tgt.size(1)))  # (B, T, V), before the cache exists
         memory = model.encode(src, src_mask)
-        cache = model.new_cache()
+    with torch.no_grad(), kv_cache(model) as cache:
         logits = next_token_logits(model, tgt[:, :5], memory, src_mask, cache)
         torch.testing.assert_close(logits, full[:, 4], atol=1e-5, rtol=0)
         for t in range(5, 8):
@@ -143,11 +145,11 @@ def test_greedy_with_cache_equals_greedy_without(seed: int, config: str) -> None
     prefix = torch.cat([torch.full((src.size(0), 1), BOS), cached], dim=1)  # (B, 1 + T)
     with torch.no_grad():
         memory = model.encode(src, src_mask)
-        cache = model.new_cache()
+        steps_full = [next_token_logits(model, prefix[:, : t + 1], memory, src_mask) for t in range(prefix.size(1))]
+    with torch.no_grad(), kv_cache(model) as cache:
         for t in range(prefix.size(1)):
             step_cached = next_token_logits(model, prefix[:, t : t + 1], memory, src_mask, cache)
-            step_full = next_token_logits(model, prefix[:, : t + 1], memory, src_mask)
-            torch.testing.assert_close(step_cached, step_full, atol=1e-5, rtol=0)
+            torch.testing.assert_close(step_cached, steps_full[t], atol=1e-5, rtol=0)
 
 
 def test_greedy_with_cache_equals_greedy_without_on_a_trained_model(trained_model: Transformer) -> None:

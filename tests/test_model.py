@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from transformer_lib.kv_cache import kv_cache
 from transformer_lib.model import PRESETS, Transformer, TransformerConfig, count_parameters
 from transformer_lib.reference import TorchTransformer
 
@@ -177,8 +178,8 @@ def test_cached_decode_equals_full_decode() -> None:
     src_mask, tgt_mask = model.make_masks(src, tgt)
     memory = model.encode(src, src_mask)
     full = model.decode(tgt, memory, src_mask, tgt_mask)
-    cache = model.new_cache()
-    steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache) for t in range(tgt.size(1))]
+    with kv_cache(model):
+        steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, start=t) for t in range(tgt.size(1))]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
 
 

@@ -12,7 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+from transformer_lib.attention import MultiHeadAttention, fused_attention, scaled_dot_product_attention, softmax_attention
+from transformer_lib.kv_cache import CachedSelfAttention, kv_cache
+from transformer_lib.positional_attention import BiasedAttention, RotaryAttention
 from transformer_lib.embeddings import (
     ALiBiBias,
     NoPositionalEncoding,
@@ -85,11 +87,11 @@ def test_rope_rejects_odd_widths_and_too_long_sequences() -> None:
     with pytest.raises(ValueError, match="head_dim=4"):
         rope(torch.randn(1, 1, 3, 6))
     with pytest.raises(ValueError, match="rotates vectors of width 4, but the heads have d_k=8"):
-        MultiHeadAttention(16, 2, rotary=rope)
+        RotaryAttention(16, 2, rotary=rope)
 
 
 def test_rope_attention_is_translation_invariant_and_not_permutation_equivariant() -> None:
-    mha = MultiHeadAttention(16, 2, rotary=RotaryEmbedding(8, max_len=64)).eval()
+    mha = RotaryAttention(16, 2, rotary=RotaryEmbedding(8, max_len=64)).eval()
     x = torch.randn(2, 6, 16)
     out, _ = mha(x, x, x)
     perm = torch.tensor([5, 0, 3, 1, 4, 2])
@@ -97,11 +99,11 @@ def test_rope_attention_is_translation_invariant_and_not_permutation_equivariant
     assert not torch.allclose(permuted, out[:, perm], atol=1e-3), "RoPE must make order matter"
     # The same tokens placed 20 positions later, behind 20 cached positions that are masked out,
     # give the same outputs: only distances count.
-    cache = KVCache(growing=True)
+    cache = CachedSelfAttention(mha)
     filler = torch.randn(2, 20, 16)
-    mha(filler, filler, filler, cache=cache)
+    cache(filler, filler, filler)
     late_mask = (torch.arange(26) >= 20)[None, None, None, :]  # (1, 1, 1, L): the filler keys are invisible
-    shifted, _ = mha(x, x, x, mask=late_mask, cache=cache)
+    shifted, _ = cache(x, x, x, mask=late_mask)
     torch.testing.assert_close(shifted, out, atol=ATOL, rtol=0)
 
 
@@ -140,9 +142,10 @@ def test_alibi_under_a_causal_mask_equals_the_papers_code_form() -> None:
     # the constant -m_h i, which the softmax ignores.
     T, H = 7, 4
     q, k, v = torch.randn(2, H, T, 8), torch.randn(2, H, T, 8), torch.randn(2, H, T, 8)
-    ours, _ = scaled_dot_product_attention(q, k, v, causal_mask(T), bias=ALiBiBias(H)(T, T))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8)
+    ours, _ = softmax_attention(scores + ALiBiBias(H)(T, T), v, causal_mask(T))
     code_form = (alibi_slopes(H)[:, None, None] * torch.arange(T))[None]  # (1, H, 1, T)
-    theirs, _ = scaled_dot_product_attention(q, k, v, causal_mask(T), bias=code_form)
+    theirs, _ = softmax_attention(scores + code_form, v, causal_mask(T))
     torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=0)
 
 
@@ -170,7 +173,7 @@ def test_relative_bias_looks_up_the_clipped_distance(bidirectional: bool) -> Non
 
 def test_relative_bias_learns_through_both_attention_paths_alike() -> None:
     relative = RelativePositionBias(2, max_distance=2)
-    mha = MultiHeadAttention(8, 2, position_bias=relative)
+    mha = BiasedAttention(8, 2, position_bias=relative)
     x = torch.randn(3, 6, 8)
     grads = []
     for need_weights in (False, True):
@@ -186,21 +189,21 @@ def test_relative_bias_learns_through_both_attention_paths_alike() -> None:
 # --- The hooks in MultiHeadAttention ----------------------------------------------------------
 
 
-def _position_module(kind: str, n_heads: int, d_k: int) -> dict:
+def _positional_attention(kind: str, d_model: int, n_heads: int) -> MultiHeadAttention:
     if kind == "rope":
-        return {"rotary": RotaryEmbedding(d_k, max_len=32)}
+        return RotaryAttention(d_model, n_heads, rotary=RotaryEmbedding(d_model // n_heads, max_len=32))
     if kind == "alibi":
-        return {"position_bias": ALiBiBias(n_heads)}
+        return BiasedAttention(d_model, n_heads, position_bias=ALiBiBias(n_heads))
     relative = RelativePositionBias(n_heads, max_distance=3)
     with torch.no_grad():
         relative.bias_table.normal_()
-    return {"position_bias": relative}
+    return BiasedAttention(d_model, n_heads, position_bias=relative)
 
 
 @pytest.mark.parametrize("kind", IN_ATTENTION)
 @pytest.mark.parametrize("mask_kind", ["none", "causal", "padding", "fully-masked row"])
 def test_fused_and_explicit_paths_agree_with_positions(kind: str, mask_kind: str) -> None:
-    mha = MultiHeadAttention(16, 4, **_position_module(kind, 4, 4)).eval()
+    mha = _positional_attention(kind, 16, 4).eval()
     x = torch.randn(3, 7, 16)
     ids = torch.tensor([[5] * 7, [5] * 4 + [0] * 3, [5] * 2 + [0] * 5])
     mask = {
@@ -219,24 +222,26 @@ def test_fused_and_explicit_paths_agree_with_positions(kind: str, mask_kind: str
 
 @pytest.mark.parametrize("kind", IN_ATTENTION)
 def test_growing_cache_with_positions_equals_the_full_pass(kind: str) -> None:
-    mha = MultiHeadAttention(16, 4, **_position_module(kind, 4, 4)).eval()
+    mha = _positional_attention(kind, 16, 4).eval()
     x = torch.randn(2, 9, 16)
     full, _ = mha(x, x, x, mask=causal_mask(9))
-    cache = KVCache(growing=True)
-    prompt, _ = mha(x[:, :4], x[:, :4], x[:, :4], mask=causal_mask(4), cache=cache)  # several at once
-    steps = [mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache)[0] for t in range(4, 9)]
+    cache = CachedSelfAttention(mha)
+    prompt, _ = cache(x[:, :4], x[:, :4], x[:, :4], mask=causal_mask(4))  # several at once
+    steps = [cache(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1])[0] for t in range(4, 9)]
     torch.testing.assert_close(torch.cat([prompt, *steps], dim=1), full, atol=ATOL, rtol=0)
 
 
 def test_bias_argument_is_checked() -> None:
-    q = torch.randn(2, 3, 4)
-    scaled_dot_product_attention(q, q, q, bias=torch.zeros(3, 3))
+    q = torch.randn(2, 1, 3, 4)
+    fused_attention(q, q, q, bias=torch.zeros(3, 3))
     with pytest.raises(TypeError, match="a boolean tensor is a mask"):
-        scaled_dot_product_attention(q, q, q, bias=torch.ones(3, 3, dtype=torch.bool))
+        fused_attention(q, q, q, bias=torch.ones(3, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"bias of shape \(2, 2, 3, 3\) does not broadcast"):
-        scaled_dot_product_attention(q, q, q, bias=torch.zeros(2, 2, 3, 3))
+        fused_attention(q, q, q, bias=torch.zeros(2, 2, 3, 3))
     with pytest.raises(ValueError, match="position_bias has 3 heads, but this layer has n_heads=2"):
-        MultiHeadAttention(8, 2, position_bias=ALiBiBias(3))
+        BiasedAttention(8, 2, position_bias=ALiBiBias(3))
+    with pytest.raises(ValueError, match="for self-attention: 4 queries but only 3 keys"):
+        BiasedAttention(4, 1, position_bias=ALiBiBias(1))(torch.randn(1, 4, 4), torch.randn(1, 3, 4), torch.randn(1, 3, 4))
     with pytest.raises(ValueError, match="n_heads must be a positive integer"):
         alibi_slopes(0)
     with pytest.raises(ValueError, match="max_distance must be a positive integer, got 0"):
@@ -246,7 +251,7 @@ def test_bias_argument_is_checked() -> None:
 def test_a_bias_is_added_to_the_scores_as_torch_sdpa_does() -> None:
     q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 3)
     bias = torch.randn(1, 4, 5, 6)
-    out, _ = scaled_dot_product_attention(q, k, v, bias=bias)
+    out, _ = softmax_attention(q @ k.transpose(-2, -1) / math.sqrt(8) + bias, v)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=bias), atol=ATOL, rtol=0)
 
 
@@ -274,7 +279,8 @@ def test_model_wires_positions_into_self_attention_only(positional: str) -> None
     assert len(encoder_modules) == len(decoder_modules) == 1, "one module per stack, shared by its layers"
     assert encoder_modules != decoder_modules
     for layer in model.decoder.layers:
-        assert layer.cross_attn.rotary is None and layer.cross_attn.position_bias is None
+        assert type(layer.cross_attn) is MultiHeadAttention, "cross-attention relates two sequences: no positions"
+        assert isinstance(layer.self_attn, RotaryAttention if positional == "rope" else BiasedAttention)
     if positional == "relative":
         assert model.encoder.layers[0].self_attn.position_bias.bidirectional
         assert not model.decoder.layers[0].self_attn.position_bias.bidirectional
@@ -302,8 +308,8 @@ def test_model_with_positions_in_attention_is_causal_padding_invariant_and_cache
     src_mask, tgt_mask = model.make_masks(src, tgt)
     memory = model.encode(src, src_mask)
     full = model.decode(tgt, memory, src_mask, tgt_mask)
-    cache = model.new_cache()
-    steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache) for t in range(tgt.size(1))]
+    with kv_cache(model):
+        steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, start=t) for t in range(tgt.size(1))]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
     # and order matters (the check could fail: without positions it would not)
     perm = torch.tensor([3, 0, 6, 1, 5, 2, 4])
@@ -344,7 +350,7 @@ def test_sinusoidal_and_learned_models_are_unchanged_by_the_new_options() -> Non
         model = Transformer(tiny(positional))
         assert not any("bias_table" in name for name, _ in model.named_parameters())
         for layer in [*model.encoder.layers, *model.decoder.layers]:
-            assert layer.self_attn.rotary is None and layer.self_attn.position_bias is None
+            assert type(layer.self_attn) is MultiHeadAttention, "chapter 1's attention, nothing inside"
     # Submodules are registered in the order they had before the options existed, so a seed gives
     # the same initial weights as it did (parameters are initialised in registration order).
     assert [name for name, _ in model.decoder.layers[0].named_children()] == [

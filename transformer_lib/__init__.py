@@ -13,7 +13,7 @@ decoder-only model (model), sliding-window masks (masking) and linear attention 
 Import from the modules (``from transformer_lib.attention import MultiHeadAttention``) or from here.
 """
 
-from .attention import KVCache, MultiHeadAttention, linear_attention, scaled_dot_product_attention
+from .attention import MultiHeadAttention, linear_attention, scaled_dot_product_attention
 from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, Residual
 from .embeddings import (
     ALiBiBias,
@@ -31,7 +31,7 @@ from .model import PRESETS, DecoderOnlyTransformer, Transformer, TransformerConf
 __version__ = "0.1.0"
 
 __all__ = [
-    "KVCache", "MultiHeadAttention", "linear_attention", "scaled_dot_product_attention",
+    "MultiHeadAttention", "linear_attention", "scaled_dot_product_attention",
     "Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward", "Residual",
     "ALiBiBias", "LearnedPositionalEmbedding", "RelativePositionBias", "RotaryEmbedding",
     "SinusoidalPositionalEncoding", "TokenEmbedding", "alibi_slopes", "sinusoidal_table",

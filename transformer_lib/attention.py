@@ -1,4 +1,4 @@
-"""Scaled dot-product attention, multi-head attention, and linear attention (chapter 7).
+"""Scaled dot-product attention and multi-head attention (chapter 1); linear attention (chapter 7).
 
 Shapes:
 
@@ -7,15 +7,18 @@ Shapes:
     Dk  query/key width         Dv  value width (per head inside MultiHeadAttention)
 
 Masks are boolean with ``True`` = "may attend" (see :mod:`transformer_lib.masking`) and must
-broadcast to the scores ``(..., T, L)``. Position biases (ALiBi, relative positions) are float
-tensors added to the scores, with the same broadcasting rule.
+broadcast to the scores ``(..., T, L)``.
+
+:class:`MultiHeadAttention` is the layer of chapter 1 and nothing more. Later chapters add to it
+without changing it: the key/value cache of chapter 6 (:mod:`transformer_lib.kv_cache`) wraps it,
+and positions inside attention (chapter 7, :mod:`transformer_lib.positional_attention`) are
+subclasses that override its one seam, :meth:`MultiHeadAttention.attend`.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +26,7 @@ from torch import Tensor, nn
 
 from .masking import check_mask
 
-__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "KVCache", "linear_attention"]
+__all__ = ["scaled_dot_product_attention", "softmax_attention", "fused_attention", "MultiHeadAttention", "linear_attention"]
 
 
 def _check_bias(bias: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
@@ -54,9 +57,8 @@ def scaled_dot_product_attention(
     value: Tensor,
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
-    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    r"""Attention written out: :math:`\mathrm{softmax}(QK^\top/\sqrt{d_k} + \text{bias})\,V`.
+    r"""Attention written out: :math:`\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V`.
 
     Args:
         query: ``(..., T, Dk)``.
@@ -65,8 +67,6 @@ def scaled_dot_product_attention(
         mask: optional boolean mask, ``True`` = may attend, broadcastable to ``(..., T, L)``.
         dropout_p: dropout probability applied to the attention weights. Pass ``0.0`` outside
             training (``MultiHeadAttention`` does this for you).
-        bias: optional float tensor added to the scores before masking, broadcastable to
-            ``(..., T, L)``: position biases such as ALiBi or learned relative positions (chapter 7).
 
     Returns:
         ``(output, attn_weights)`` with shapes ``(..., T, Dv)`` and ``(..., T, L)``. The weights are
@@ -81,9 +81,14 @@ def scaled_dot_product_attention(
         raise ValueError(f"key has {key.size(-2)} positions but value has {value.size(-2)}; they must match")
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, L)
-    if bias is not None:
-        _check_bias(bias, scores.shape)
-        scores = scores + bias.to(scores.dtype)  # (..., T, L)
+    return softmax_attention(scores, value, mask, dropout_p)
+
+
+def softmax_attention(
+    scores: Tensor, value: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """From scores ``(..., T, L)`` to ``(output (..., T, Dv), attn_weights (..., T, L))``: mask,
+    softmax over the keys, dropout, and the weighted sum of the values."""
     if mask is not None:
         check_mask(mask, scores.shape)
         # -inf, not a large finite number: exp(-inf) is exactly 0 in every dtype, so a masked key
@@ -98,40 +103,28 @@ def scaled_dot_product_attention(
     return attn_weights @ value, attn_weights  # (..., T, Dv), (..., T, L)
 
 
-@dataclass
-class KVCache:
-    """Keys and values one attention module has already computed, for incremental decoding.
-
-    ``growing=True`` is for decoder self-attention: each call appends the new positions' keys and
-    values, so a step only projects the newest token. ``growing=False`` is for cross-attention:
-    keys and values come from the encoder memory, which does not change, so they are computed on
-    the first call and reused afterwards.
-
-    Shapes: ``key`` ``(B, H, L, Dk)``, ``value`` ``(B, H, L, Dv)``.
-    """
-
-    growing: bool
-    key: Tensor | None = None
-    value: Tensor | None = None
-
-    @property
-    def length(self) -> int:
-        """Number of cached positions ``L`` (0 when empty)."""
-        return 0 if self.key is None else self.key.size(2)
-
-    def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Store new keys/values and return everything the queries may attend to."""
-        if self.growing and self.key is not None:
-            key = torch.cat([self.key, key], dim=2)  # (B, H, L_old + L_new, Dk)
-            value = torch.cat([self.value, value], dim=2)  # (B, H, L_old + L_new, Dv)
-        self.key, self.value = key, value
-        return key, value
-
-    def reorder(self, batch_indices: Tensor) -> None:
-        """Keep rows ``batch_indices`` of the batch (beam search reorders hypotheses each step)."""
-        if self.key is not None:
-            self.key = self.key.index_select(0, batch_indices)
-            self.value = self.value.index_select(0, batch_indices)
+def fused_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0,
+    bias: Tensor | None = None,
+) -> Tensor:
+    """The same attention through PyTorch's fused ``F.scaled_dot_product_attention`` (less memory,
+    no weights returned), on ``(B, H, T, Dk)`` heads. ``bias``: a float tensor added to the scores
+    (positions inside attention, chapter 7)."""
+    B, H, T, L = query.size(0), query.size(1), query.size(2), key.size(2)
+    if mask is not None:
+        check_mask(mask, (B, H, T, L))
+    attn_mask = mask
+    if bias is not None:
+        _check_bias(bias, (B, H, T, L))
+        bias = bias.to(query.dtype)
+        attn_mask = bias if mask is None else torch.where(mask, bias, float("-inf"))  # (B, H, T, L)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, Dv)
+    # (Compiled graphs keep the guard: the probe below cannot run inside one.)
+    if mask is not None and (torch.compiler.is_compiling() or not _fused_attention_zeroes_empty_rows(query.device, query.dtype)):
+        # Older PyTorch releases return NaN for a query with no visible key; make it 0, as the
+        # explicit path does.
+        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return out
 
 
 class MultiHeadAttention(nn.Module):
@@ -154,12 +147,6 @@ class MultiHeadAttention(nn.Module):
             models of different widths.
         vdim: width of the value input (default ``kdim``).
         bias: whether the four projections have biases.
-        rotary: positions by rotation (RoPE, chapter 7), e.g.
-            :class:`~transformer_lib.embeddings.RotaryEmbedding`: called as ``rotary(x, start)`` on
-            queries and keys ``(B, H, L, Dk)``. For self-attention only.
-        position_bias: positions as a score bias (ALiBi, relative positions; chapter 7): called as
-            ``position_bias(n_queries, n_keys, query_start)``, returns a float bias broadcastable to
-            ``(B, H, T, L)``. For self-attention only.
 
     Shape:
         - query: ``(B, T, d_model)``; key: ``(B, L, kdim)``; value: ``(B, L, vdim)``
@@ -168,10 +155,8 @@ class MultiHeadAttention(nn.Module):
 
     Without ``need_weights`` the computation goes through the fused
     ``F.scaled_dot_product_attention`` (same numbers, less memory); with it, through the explicit
-    :func:`scaled_dot_product_attention`, which can return the weights.
-
-    With a growing :class:`KVCache` the new queries sit at absolute positions ``cache.length ...``;
-    ``rotary`` and ``position_bias`` are told so (keys enter the cache already rotated).
+    :func:`scaled_dot_product_attention`, which can return the weights. Both happen in
+    :meth:`attend`, the seam later chapters override.
 
     Example:
         >>> mha = MultiHeadAttention(d_model=6, n_heads=2, d_k=4, d_v=4)
@@ -193,37 +178,19 @@ class MultiHeadAttention(nn.Module):
         kdim: int | None = None,
         vdim: int | None = None,
         bias: bool = True,
-        rotary: nn.Module | None = None,
-        position_bias: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        if n_heads < 1:
-            raise ValueError(f"n_heads must be at least 1, got {n_heads}")
-        if d_k is None and d_model % n_heads != 0:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by n_heads={n_heads}; choose a d_model that is a "
-                f"multiple of {n_heads}, or pass d_k explicitly"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.d_model = d_model
-        self.n_heads = n_heads
+        _check_sizes(d_model, n_heads, dropout, d_k)
+        self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
         self.d_k = d_model // n_heads if d_k is None else d_k
         self.d_v = self.d_k if d_v is None else d_v
         self.d_out = d_model if d_out is None else d_out
         self.kdim = d_model if kdim is None else kdim
         self.vdim = self.kdim if vdim is None else vdim
-        self.dropout = dropout
         self.q_proj = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
         self.k_proj = nn.Linear(self.kdim, n_heads * self.d_k, bias=bias)
         self.v_proj = nn.Linear(self.vdim, n_heads * self.d_v, bias=bias)
         self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias)
-        if rotary is not None and getattr(rotary, "head_dim", self.d_k) != self.d_k:
-            raise ValueError(f"rotary rotates vectors of width {rotary.head_dim}, but the heads have d_k={self.d_k}")
-        if position_bias is not None and getattr(position_bias, "n_heads", n_heads) != n_heads:
-            raise ValueError(f"position_bias has {position_bias.n_heads} heads, but this layer has n_heads={n_heads}")
-        self.rotary = rotary
-        self.position_bias = position_bias
 
     def split_heads(self, x: Tensor, width: int) -> Tensor:
         """``(B, L, H * width)`` -> ``(B, H, L, width)``."""
@@ -235,17 +202,6 @@ class MultiHeadAttention(nn.Module):
         B, H, T, Dv = x.shape
         return x.transpose(1, 2).reshape(B, T, H * Dv)  # (B, T, H*Dv)
 
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
-        for name, x, width in (("query", query, self.d_model), ("key", key, self.kdim), ("value", value, self.vdim)):
-            if x.dim() != 3:
-                raise ValueError(f"{name} must have shape (B, length, width), got {tuple(x.shape)}")
-            if x.size(-1) != width:
-                raise ValueError(f"{name} has width {x.size(-1)} but this layer expects {width}")
-        if key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in batch or length")
-        if query.size(0) != key.size(0):
-            raise ValueError(f"query batch {query.size(0)} differs from key batch {key.size(0)}")
-
     def forward(
         self,
         query: Tensor,
@@ -253,66 +209,58 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         mask: Tensor | None = None,
         need_weights: bool = False,
-        cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attend from ``query`` to ``key``/``value``.
-
-        Args:
-            query, key, value: see the class docstring for shapes.
-            mask: boolean mask broadcastable to ``(B, H, T, L)``; ``True`` = may attend.
-            need_weights: also return the attention weights ``(B, H, T, L)`` (per head, not
-                averaged as ``nn.MultiheadAttention`` does by default).
-            cache: for incremental decoding; see :class:`KVCache`. With a non-growing cache that is
-                already filled, ``key`` and ``value`` are not used.
-
-        Returns:
-            ``(output, attn_weights)``; ``attn_weights`` is ``None`` unless ``need_weights``.
-        """
-        reuse_cached = cache is not None and not cache.growing and cache.key is not None
-        if not reuse_cached:
-            self._check_inputs(query, key, value)
-        elif query.size(-1) != self.d_model:
-            raise ValueError(f"query has width {query.size(-1)} but this layer expects {self.d_model}")
-        B, T, _ = query.shape
-        start = cache.length if cache is not None and cache.growing else 0  # position of the first query
+        """Attend from ``query`` to ``key``/``value``; returns ``(output, attn_weights)``, the weights
+        ``(B, H, T, L)`` per head (not averaged as ``nn.MultiheadAttention`` does by default) or
+        ``None`` unless ``need_weights``."""
+        self.check_inputs(query, key, value)
         q = self.split_heads(self.q_proj(query), self.d_k)  # (B, H, T, Dk)
-        if self.rotary is not None:
-            q = self.rotary(q, start)  # RoPE (chapter 7)
-        if reuse_cached:
-            k, v = cache.key, cache.value  # (B, H, L, Dk), (B, H, L, Dv)
-        else:
-            k = self.split_heads(self.k_proj(key), self.d_k)  # (B, H, L, Dk)
-            if self.rotary is not None:
-                k = self.rotary(k, start)  # cached keys stay rotated
-            v = self.split_heads(self.v_proj(value), self.d_v)  # (B, H, L, Dv)
-            if cache is not None:
-                k, v = cache.update(k, v)  # (B, H, L_cached + L, ...)
-        bias = None if self.position_bias is None else self.position_bias(T, k.size(2), start)  # (1, H, T, L)
-        dropout_p = self.dropout if self.training else 0.0
-
-        if need_weights:
-            out, attn_weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, bias)  # (B, H, T, Dv)
-        else:
-            attn_weights = None
-            if mask is not None:
-                check_mask(mask, (B, self.n_heads, T, k.size(2)))
-            if bias is not None:
-                _check_bias(bias, (B, self.n_heads, T, k.size(2)))
-            attn_mask = _fused_attn_mask(mask, bias, q.dtype)  # boolean, or a float added to the scores
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, Dv)
-            # (Compiled graphs keep the guard: the probe below cannot run inside one.)
-            if mask is not None and (torch.compiler.is_compiling() or not _fused_attention_zeroes_empty_rows(q.device, q.dtype)):
-                # Older PyTorch releases return NaN for a query with no visible key; make it 0,
-                # as the explicit path does.
-                out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        k = self.split_heads(self.k_proj(key), self.d_k)  # (B, H, L, Dk)
+        v = self.split_heads(self.v_proj(value), self.d_v)  # (B, H, L, Dv)
+        out, attn_weights = self.attend(q, k, v, mask, need_weights)  # (B, H, T, Dv)
         return self.out_proj(self.merge_heads(out)), attn_weights  # (B, T, d_out)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Every head at once: ``(B, H, T, Dk)`` queries over ``(B, H, L, ...)`` keys and values."""
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:  # the explicit formula, which has the weights to return
+            return scaled_dot_product_attention(q, k, v, mask, dropout_p)
+        return fused_attention(q, k, v, mask, dropout_p), None  # same numbers, less memory
+
+    def check_inputs(self, query: Tensor, key: Tensor | None, value: Tensor | None) -> None:
+        """Raise a clear error for inputs of the wrong rank, width or batch (``None``: not given)."""
+        given = [(n, x, w) for n, x, w in (("query", query, self.d_model), ("key", key, self.kdim),
+                                           ("value", value, self.vdim)) if x is not None]
+        for name, x, width in given:
+            if x.dim() != 3:
+                raise ValueError(f"{name} must have shape (B, length, width), got {tuple(x.shape)}")
+            if x.size(-1) != width:
+                raise ValueError(f"{name} has width {x.size(-1)} but this layer expects {width}")
+        if key is not None and value is not None and key.shape[:2] != value.shape[:2]:
+            raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in batch or length")
+        if key is not None and query.size(0) != key.size(0):
+            raise ValueError(f"query batch {query.size(0)} differs from key batch {key.size(0)}")
+
+
+def _check_sizes(d_model: int, n_heads: int, dropout: float, d_k: int | None) -> None:
+    if n_heads < 1:
+        raise ValueError(f"n_heads must be at least 1, got {n_heads}")
+    if d_k is None and d_model % n_heads != 0:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by n_heads={n_heads}; choose a d_model that is a "
+            f"multiple of {n_heads}, or pass d_k explicitly"
+        )
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
 
 
 @functools.cache
 def _fused_attention_zeroes_empty_rows(device: torch.device, dtype: torch.dtype) -> bool:
     """Does ``F.scaled_dot_product_attention`` give 0, not NaN, for a query that sees no key?
 
-    PyTorch 2.5 and later do; older releases return NaN, which ``MultiHeadAttention`` then replaces
+    PyTorch 2.5 and later do; older releases return NaN, which :func:`fused_attention` then replaces
     with 0. Asked once per device and dtype, with a boolean and a float (``-inf``) mask, so that on a
     current PyTorch the guard costs nothing (it was ~6% of a small model's training step).
     """
@@ -323,15 +271,6 @@ def _fused_attention_zeroes_empty_rows(device: torch.device, dtype: torch.dtype)
         return all(
             bool((F.scaled_dot_product_attention(q, q, q, attn_mask=m)[0, 0, 1] == 0).all()) for m in (allowed, additive)
         )
-
-
-def _fused_attn_mask(mask: Tensor | None, bias: Tensor | None, dtype: torch.dtype) -> Tensor | None:
-    """The one ``attn_mask`` of ``F.scaled_dot_product_attention``: our boolean mask, or a float bias
-    added to the scores, or both as one float tensor (``-inf`` where the mask blocks)."""
-    if bias is None:
-        return mask
-    bias = bias.to(dtype)
-    return bias if mask is None else torch.where(mask, bias, float("-inf"))  # (B, H, T, L)
 
 
 def linear_attention(

@@ -16,12 +16,10 @@ Both layer-norm placements are supported:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from functools import partial
 
 from torch import Tensor, nn
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import MultiHeadAttention
 
 __all__ = [
     "FeedForward",
@@ -30,8 +28,6 @@ __all__ = [
     "DecoderLayer",
     "Encoder",
     "Decoder",
-    "DecoderLayerCache",
-    "DecoderCache",
 ]
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -113,8 +109,6 @@ class EncoderLayer(nn.Module):
         activation: feed-forward activation.
         norm_first: Pre-LN (``True``) or Post-LN (``False``).
         eps: LayerNorm epsilon.
-        rotary, position_bias: positions inside self-attention (RoPE; ALiBi or relative bias),
-            passed to :class:`MultiHeadAttention` (chapter 7).
 
     Shape:
         x ``(B, S, D)``, src_mask broadcastable to ``(B, H, S, S)`` -> ``(B, S, D)``, and the
@@ -131,11 +125,9 @@ class EncoderLayer(nn.Module):
         activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
-        rotary: nn.Module | None = None,
-        position_bias: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_dropout, rotary=rotary, position_bias=position_bias)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
         self.attn_residual = Residual(d_model, dropout, norm_first, eps)
         self.ff_residual = Residual(d_model, dropout, norm_first, eps)
@@ -148,43 +140,15 @@ class EncoderLayer(nn.Module):
         return x, attn_weights
 
 
-@dataclass
-class DecoderLayerCache:
-    """What one decoder layer keeps between decoding steps."""
-
-    self_attn: KVCache = field(default_factory=partial(KVCache, growing=True))
-    cross_attn: KVCache = field(default_factory=partial(KVCache, growing=False))
-
-
-class DecoderCache:
-    """Per-layer caches for incremental decoding; create with ``Transformer.new_cache()``."""
-
-    def __init__(self, n_layers: int) -> None:
-        self.layers = [DecoderLayerCache() for _ in range(n_layers)]
-
-    @property
-    def length(self) -> int:
-        """How many target positions have been decoded so far (the next position's index)."""
-        return self.layers[0].self_attn.length if self.layers else 0
-
-    def reorder(self, batch_indices: Tensor) -> None:
-        """Keep rows ``batch_indices`` in every layer (used by beam search)."""
-        for layer in self.layers:
-            layer.self_attn.reorder(batch_indices)
-            layer.cross_attn.reorder(batch_indices)
-
-
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder memory, then feed-forward.
 
-    Args: as :class:`EncoderLayer`, and ``cross_attention``: ``False`` leaves cross-attention out,
-    for a decoder-only model (chapter 7); ``memory`` and ``src_mask`` are then not used.
+    Args: as :class:`EncoderLayer`.
 
     Shape:
         x ``(B, T, D)``; memory ``(B, S, D)``; tgt_mask broadcastable to ``(B, H, T, T)``;
         src_mask broadcastable to ``(B, H, T, S)``. Returns ``(x, self_weights, cross_weights)``
         with ``x`` ``(B, T, D)`` and the weights ``(B, H, T, T)``/``(B, H, T, S)`` or ``None``.
-        With a ``cache``, ``x`` holds only the new positions and ``tgt_mask`` covers cached + new keys.
     """
 
     def __init__(
@@ -197,41 +161,29 @@ class DecoderLayer(nn.Module):
         activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
-        rotary: nn.Module | None = None,
-        position_bias: nn.Module | None = None,
-        cross_attention: bool = True,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_dropout, rotary=rotary, position_bias=position_bias)
-        # Positions enter self-attention only: cross-attention relates two different sequences.
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout) if cross_attention else None
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, attn_dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
         self.self_attn_residual = Residual(d_model, dropout, norm_first, eps)
-        self.cross_attn_residual = Residual(d_model, dropout, norm_first, eps) if cross_attention else None
+        self.cross_attn_residual = Residual(d_model, dropout, norm_first, eps)
         self.ff_residual = Residual(d_model, dropout, norm_first, eps)
 
     def forward(
         self,
         x: Tensor,
-        memory: Tensor | None,
+        memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         need_weights: bool = False,
-        cache: DecoderLayerCache | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        self_cache = cache.self_attn if cache is not None else None
-        cross_cache = cache.cross_attn if cache is not None else None
-
         h = self.self_attn_residual.sublayer_input(x)
-        h, self_weights = self.self_attn(h, h, h, mask=tgt_mask, need_weights=need_weights, cache=self_cache)
+        h, self_weights = self.self_attn(h, h, h, mask=tgt_mask, need_weights=need_weights)
         x = self.self_attn_residual.add(x, h)  # (B, T, D)
-
-        cross_weights = None
-        if self.cross_attn is not None:
-            h = self.cross_attn_residual.sublayer_input(x)
-            h, cross_weights = self.cross_attn(h, memory, memory, mask=src_mask, need_weights=need_weights, cache=cross_cache)
-            x = self.cross_attn_residual.add(x, h)  # (B, T, D)
-
+        h = self.cross_attn_residual.sublayer_input(x)
+        h, cross_weights = self.cross_attn(h, memory, memory, mask=src_mask, need_weights=need_weights)
+        x = self.cross_attn_residual.add(x, h)  # (B, T, D)
         x = self.ff_residual(x, self.feed_forward)  # (B, T, D)
         return x, self_weights, cross_weights
 
@@ -281,14 +233,10 @@ class Decoder(nn.Module):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         need_weights: bool = False,
-        cache: DecoderCache | None = None,
     ) -> tuple[Tensor, list[Tensor | None], list[Tensor | None]]:
-        if cache is not None and len(cache.layers) != len(self.layers):
-            raise ValueError(f"cache has {len(cache.layers)} layers but the decoder has {len(self.layers)}")
         self_weights, cross_weights = [], []
-        for i, layer in enumerate(self.layers):
-            layer_cache = cache.layers[i] if cache is not None else None
-            x, w_self, w_cross = layer(x, memory, src_mask, tgt_mask, need_weights, layer_cache)
+        for layer in self.layers:
+            x, w_self, w_cross = layer(x, memory, src_mask, tgt_mask, need_weights)
             self_weights.append(w_self)
             cross_weights.append(w_cross)
         if self.final_norm is not None:

@@ -6,16 +6,17 @@ until every sequence has produced ``<eos>`` or ``max_len`` tokens. They differ o
 
 Each decoding function takes the model as its first argument (rasbt's ``generate_text_simple``
 does the same): the model stays a plain ``nn.Module``, and a new strategy is a new function rather
-than a flag on a method. Anything with ``encode``/``decode``/``generator``/``new_cache`` works, as
-:class:`transformer_lib.model.Transformer` provides (see :class:`EncoderDecoder`).
+than a flag on a method. Anything with ``encode``/``decode``/``generator`` and a ``decoder`` stack
+works, as :class:`transformer_lib.model.Transformer` provides (see :class:`EncoderDecoder`).
 
 **The key/value cache.** Without a cache, step ``t`` re-runs the decoder over all ``t`` prefix
 positions to use the last one: ``O(T^2)`` position-computations for ``T`` tokens, every one but
 the last already done at the step before. Causal masking is what makes the old ones reusable:
 position ``i`` never sees positions after it, so its keys and values never change. With
-``use_cache=True`` each step feeds only the newest token, appends its self-attention keys/values to
-the cache, and reuses the cross-attention keys/values of the encoder memory, which are computed on
-the first step only. The result is the same to float rounding (``tests/test_decoding.py``).
+``use_cache=True`` decoding runs inside :func:`transformer_lib.kv_cache.kv_cache`: each step feeds
+only the newest token, appends its self-attention keys/values to the cache, and reuses the
+cross-attention keys/values of the encoder memory, which are computed on the first step only. The
+result is the same to float rounding (``tests/test_decoding.py``).
 
 Conventions shared by every function here:
 
@@ -30,8 +31,8 @@ Conventions shared by every function here:
 **Decoder-only models** (chapter 7) have no source: :func:`greedy_continue` and
 :func:`sample_continue` extend a *prompt* instead, with the same step (:func:`next_token_logits`),
 the same cache and the same ways of picking a token. With a cache the whole prompt goes through the
-decoder in one step, then one token per step. A model needs ``decode``/``generator``/``new_cache``
-(see :class:`DecoderOnly`), as :class:`transformer_lib.model.DecoderOnlyTransformer` provides.
+decoder in one step, then one token per step. A model needs ``decode``/``generator`` and a
+``decoder`` stack (see :class:`DecoderOnly`), as :class:`transformer_lib.model.DecoderOnlyTransformer` provides.
 
 Shapes:
 
@@ -42,13 +43,14 @@ Shapes:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
+from .kv_cache import KVCache, kv_cache
 from .masking import causal_mask
 
 __all__ = [
@@ -71,10 +73,10 @@ class EncoderDecoder(Protocol):
     """What decoding needs from a model (``transformer_lib.model.Transformer`` has all of it).
 
     - ``encode(src, src_mask) -> memory`` ``(B, S, D)``
-    - ``decode(tgt, memory, src_mask, tgt_mask, cache=None) -> states`` ``(B, T, D)``; with a cache,
-      ``tgt`` holds only the new positions
+    - ``decode(tgt, memory, src_mask, tgt_mask, start=0) -> states`` ``(B, T, D)``, ``start`` the
+      position of ``tgt``'s first token
     - ``generator(states) -> logits`` ``(..., V)``
-    - ``new_cache()`` an empty cache with ``length`` and ``reorder(indices)``
+    - ``decoder.layers``, each with ``self_attn`` and ``cross_attn``, for the key/value cache
     """
 
     training: bool
@@ -87,24 +89,23 @@ class EncoderDecoder(Protocol):
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
-        cache: Any = None,
+        start: int = 0,
     ) -> Tensor: ...
 
     def generator(self, x: Tensor) -> Tensor: ...
-
-    def new_cache(self) -> Any: ...
 
     def train(self, mode: bool = True) -> Any: ...
 
 
 @contextmanager
-def _inference(model: EncoderDecoder) -> Iterator[None]:
-    """Eval mode and no gradients while decoding; the model's previous mode is restored after."""
+def _inference(model: EncoderDecoder, use_cache: bool = False) -> Iterator[KVCache | None]:
+    """Eval mode, no gradients and (with ``use_cache``) a key/value cache while decoding; the
+    model's previous mode and modules are restored after."""
     was_training = model.training
     model.train(False)
     try:
-        with torch.no_grad():
-            yield
+        with torch.no_grad(), (kv_cache(model) if use_cache else nullcontext()) as cache:
+            yield cache
     finally:
         model.train(was_training)
 
@@ -146,7 +147,7 @@ def _check_args(model: EncoderDecoder, src: Tensor, max_len: int, ids: dict[str,
             )
 
 
-def _next_logits(model: EncoderDecoder, inputs: Tensor, memory: Tensor, src_mask: Tensor | None, cache: Any,
+def _next_logits(model: EncoderDecoder, inputs: Tensor, memory: Tensor, src_mask: Tensor | None, cache: KVCache | None,
                  step: int, eos_id: int | None, min_len: int) -> Tensor:
     """:func:`next_token_logits`, refusing NaN or +inf, with ``<eos>`` barred before ``min_len`` tokens."""
     logits = next_token_logits(model, inputs, memory, src_mask, cache)  # (B, V)
@@ -166,34 +167,33 @@ def next_token_logits(
     tokens: Tensor,
     memory: Tensor,
     src_mask: Tensor | None = None,
-    cache: Any = None,
+    cache: KVCache | None = None,
 ) -> Tensor:
     """Scores for the token that follows ``tokens``: one decoding step.
 
     Without a cache, ``tokens`` is the whole prefix ``(B, T)`` (starting with ``<bos>``): the decoder
     runs over all ``T`` positions under a causal mask and the last position's output is used.
-    With a cache (``model.new_cache()``), ``tokens`` holds only the positions the cache has not seen,
-    usually the newest token ``(B, 1)``; their keys and values are appended to the cache, and their
-    positions continue from ``cache.length``.
+    With a cache (``with kv_cache(model) as cache``), ``tokens`` holds only the positions the cache
+    has not seen, usually the newest token ``(B, 1)``; their keys and values are appended to the
+    cache, and their positions continue from ``cache.length``.
 
     Args:
         model: an :class:`EncoderDecoder`.
         tokens: ``(B, T)`` prefix, or ``(B, T_new)`` new tokens with a cache.
         memory: encoder output ``(B, S, D)``.
         src_mask: source padding mask, broadcastable to ``(B, H, T, S)``, or ``None``.
-        cache: the decoder's key/value cache, updated in place, or ``None``.
+        cache: the model's key/value cache, updated in place, or ``None``.
 
     Returns:
         Logits ``(B, V)`` for the next token (not normalised).
     """
     n_new = tokens.size(1)
-    if cache is None:
-        tgt_mask = causal_mask(n_new, device=tokens.device)  # (1, 1, T, T)
-    elif n_new == 1:
+    start = 0 if cache is None else cache.length  # position of tokens[:, 0]
+    if n_new == 1 and cache is not None:
         tgt_mask = None  # the newest position may see every cached one and itself
     else:
-        tgt_mask = causal_mask(n_new, cache.length + n_new, device=tokens.device)  # (1, 1, T_new, T)
-    states = model.decode(tokens, memory, src_mask, tgt_mask, cache=cache)  # (B, T_new, D)
+        tgt_mask = causal_mask(n_new, start + n_new, device=tokens.device)  # (1, 1, T_new, T)
+    states = model.decode(tokens, memory, src_mask, tgt_mask, start=start)  # (B, T_new, D)
     return model.generator(states[:, -1])  # (B, V)
 
 
@@ -206,17 +206,16 @@ def _decode_loop(
     bos_id: int,
     eos_id: int,
     pad_id: int,
-    use_cache: bool,
+    cache: KVCache | None,
     min_len: int = 0,
 ) -> Tensor:
     """The loop greedy decoding and sampling share; ``pick`` maps logits ``(B, V)`` to ids ``(B,)``."""
     B = src.size(0)
     memory = model.encode(src, src_mask)  # (B, S, D), once for the whole loop
-    cache = model.new_cache() if use_cache else None
     tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
     for step in range(max_len):
-        inputs = tokens[:, -1:] if use_cache else tokens  # (B, 1) or (B, T)
+        inputs = tokens[:, -1:] if cache is not None else tokens  # (B, 1) or (B, T)
         logits = _next_logits(model, inputs, memory, src_mask, cache, step, eos_id, min_len)  # (B, V)
         next_token = pick(logits)  # (B,)
         next_token = next_token.masked_fill(finished, pad_id)  # a finished row only grows padding
@@ -272,10 +271,10 @@ def greedy_decode(
         (2, True)
     """
     _check_args(model, src, max_len, dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id), min_len)
-    with _inference(model):
+    with _inference(model, use_cache) as cache:
         return _decode_loop(
             model, src, src_mask, lambda logits: logits.argmax(dim=-1),
-            max_len, bos_id, eos_id, pad_id, use_cache, min_len,
+            max_len, bos_id, eos_id, pad_id, cache, min_len,
         )
 
 
@@ -366,9 +365,9 @@ def beam_search(
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
     if not isinstance(length_penalty, (int, float)) or not 0 <= length_penalty < float("inf"):
         raise ValueError(f"length_penalty (GNMT's alpha) must be a finite number >= 0, got {length_penalty!r}")
-    with _inference(model):
+    with _inference(model, use_cache) as cache:
         return _beam_search(
-            model, src, src_mask, beam_size, max_len, bos_id, eos_id, pad_id, float(length_penalty), use_cache, min_len
+            model, src, src_mask, beam_size, max_len, bos_id, eos_id, pad_id, float(length_penalty), cache, min_len
         )
 
 
@@ -382,14 +381,13 @@ def _beam_search(
     eos_id: int,
     pad_id: int,
     alpha: float,
-    use_cache: bool,
+    cache: KVCache | None,
     min_len: int,
 ) -> BeamSearchResult:
     B, device = src.size(0), src.device
     memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)  # (B*K, S, D), encoder run once
     if src_mask is not None and src_mask.size(0) == B:
         src_mask = src_mask.repeat_interleave(K, dim=0)  # (B*K, 1, 1, S)
-    cache = model.new_cache() if use_cache else None
     tokens = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)  # (B*K, T)
     # All K hypotheses start as the same "<bos>". Only the first may expand at step 1, or the
     # beam would hold K copies of each candidate.
@@ -400,7 +398,7 @@ def _beam_search(
     done = [False] * B
 
     for step in range(max_len):
-        inputs = tokens[:, -1:] if use_cache else tokens  # (B*K, 1) or (B*K, T)
+        inputs = tokens[:, -1:] if cache is not None else tokens  # (B*K, 1) or (B*K, T)
         logits = _next_logits(model, inputs, memory, src_mask, cache, step, eos_id, min_len).float()  # (B*K, V)
         # We keep 2K candidates: at most K of them end in <eos> (one per hypothesis), so K can go
         # on. Each of the best 2K of all K*V extensions is among the best 2K of its own hypothesis,
@@ -414,16 +412,7 @@ def _beam_search(
         top_token = best_tokens.view(B, K * n).gather(1, top_index)  # (B, 2K) which token extends it
         ends = top_token == eos_id if eos_id is not None else torch.zeros_like(top_token, dtype=torch.bool)  # (B, 2K)
 
-        # Set aside the candidates that end, if they rank among the best K (a lower-ranked one would
-        # not have survived into the beam either; fairseq and Hugging Face do the same).
-        length = step + 1
-        for b, j in (ends[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist():
-            if done[b] or len(finished[b]) >= K:
-                continue
-            row = b * K + int(top_origin[b, j])
-            log_prob = float(top_scores[b, j])
-            hypothesis_tokens = tokens[row, 1:].tolist() + [eos_id]
-            finished[b].append(Hypothesis(hypothesis_tokens, log_prob, log_prob / gnmt_length_penalty(length, alpha)))
+        _set_aside_ended(finished, done, tokens, ends, top_scores, top_origin, K, eos_id, step + 1, alpha)
 
         # The next beam: the best K candidates that do not end (topk keeps their order).
         beam_scores, keep = top_scores.masked_fill(ends, float("-inf")).topk(K, dim=-1)  # (B, K)
@@ -438,23 +427,45 @@ def _beam_search(
         if all(done):
             break
     else:
-        # max_len reached: hypotheses still open are finished as they are (no <eos>).
-        for b in range(B):
-            if done[b]:
-                continue
-            for k in range(K):
-                log_prob = float(beam_scores[b, k])
-                if log_prob == float("-inf"):
-                    continue
-                hypothesis_tokens = tokens[b * K + k, 1:].tolist()
-                finished[b].append(
-                    Hypothesis(hypothesis_tokens, log_prob, log_prob / gnmt_length_penalty(len(hypothesis_tokens), alpha))
-                )
+        _finish_open(finished, done, tokens, beam_scores, alpha)  # max_len reached
+    return _best_of_beams(finished, K, pad_id, device)
 
+
+def _set_aside_ended(finished: list[list[Hypothesis]], done: list[bool], tokens: Tensor, ends: Tensor,
+                     top_scores: Tensor, top_origin: Tensor, K: int, eos_id: int, length: int, alpha: float) -> None:
+    """Set aside the candidates that end in ``<eos>``, if they rank among the best K (a lower-ranked
+    one would not have survived into the beam either; fairseq and Hugging Face do the same)."""
+    for b, j in (ends[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist():
+        if done[b] or len(finished[b]) >= K:
+            continue
+        row = b * K + int(top_origin[b, j])
+        log_prob = float(top_scores[b, j])
+        hypothesis_tokens = tokens[row, 1:].tolist() + [eos_id]
+        finished[b].append(Hypothesis(hypothesis_tokens, log_prob, log_prob / gnmt_length_penalty(length, alpha)))
+
+
+def _finish_open(finished: list[list[Hypothesis]], done: list[bool], tokens: Tensor, beam_scores: Tensor,
+                 alpha: float) -> None:
+    """At ``max_len``, the hypotheses still open are finished as they are (no ``<eos>``)."""
+    B, K = beam_scores.shape
+    for b in range(B):
+        if done[b]:
+            continue
+        for k in range(K):
+            log_prob = float(beam_scores[b, k])
+            if log_prob == float("-inf"):
+                continue
+            hypothesis_tokens = tokens[b * K + k, 1:].tolist()
+            finished[b].append(
+                Hypothesis(hypothesis_tokens, log_prob, log_prob / gnmt_length_penalty(len(hypothesis_tokens), alpha))
+            )
+
+
+def _best_of_beams(finished: list[list[Hypothesis]], K: int, pad_id: int, device: torch.device) -> BeamSearchResult:
     hypotheses = [sorted(h, key=lambda hyp: hyp.score, reverse=True)[:K] for h in finished]
     best = [h[0] for h in hypotheses]
     width = max(len(h.tokens) for h in best)
-    sequences = torch.full((B, width), pad_id, dtype=torch.long, device=device)  # (B, T_out)
+    sequences = torch.full((len(best), width), pad_id, dtype=torch.long, device=device)  # (B, T_out)
     for b, hypothesis in enumerate(best):
         sequences[b, : len(hypothesis.tokens)] = torch.tensor(hypothesis.tokens, device=device)
     scores = torch.tensor([h.score for h in best], device=device)  # (B,)
@@ -566,8 +577,8 @@ def sample(
         probs = sampling_distribution(logits, temperature, top_k, top_p)  # (B, V)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
 
-    with _inference(model):
-        return _decode_loop(model, src, src_mask, pick, max_len, bos_id, eos_id, pad_id, use_cache)
+    with _inference(model, use_cache) as cache:
+        return _decode_loop(model, src, src_mask, pick, max_len, bos_id, eos_id, pad_id, cache)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -576,16 +587,14 @@ def sample(
 
 class DecoderOnly(Protocol):
     """What prompt continuation needs (``transformer_lib.model.DecoderOnlyTransformer`` has it):
-    :class:`EncoderDecoder`'s ``decode``/``generator``/``new_cache``, with no encoder, so
+    :class:`EncoderDecoder`'s ``decode``/``generator``/``decoder``, with no encoder, so
     ``decode`` is called with ``memory=None`` and ``src_mask=None``."""
 
     training: bool
 
-    def decode(self, tokens: Tensor, memory: None = None, src_mask: None = None, tgt_mask: Tensor | None = None, cache: Any = None) -> Tensor: ...
+    def decode(self, tokens: Tensor, memory: None = None, src_mask: None = None, tgt_mask: Tensor | None = None, start: int = 0) -> Tensor: ...
 
     def generator(self, x: Tensor) -> Tensor: ...
-
-    def new_cache(self) -> Any: ...
 
     def train(self, mode: bool = True) -> Any: ...
 
@@ -619,14 +628,13 @@ def _continue_loop(
     max_len: int,
     eos_id: int,
     pad_id: int,
-    use_cache: bool,
+    cache: KVCache | None,
 ) -> Tensor:
     """:func:`_decode_loop` for a decoder-only model: start from the prompt, not from ``<bos>``."""
-    cache = model.new_cache() if use_cache else None
     tokens = prompt  # (B, P)
     finished = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)  # (B,)
     for _ in range(max_len):
-        inputs = tokens[:, cache.length :] if use_cache else tokens  # the prompt first, then the newest token
+        inputs = tokens[:, cache.length :] if cache is not None else tokens  # the prompt first, then the newest token
         logits = next_token_logits(model, inputs, None, None, cache)  # (B, V)
         next_token = pick(logits).masked_fill(finished, pad_id)  # (B,) a finished row only grows padding
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, P + t)
@@ -665,8 +673,8 @@ def greedy_continue(
         True
     """
     _check_prompt(model, prompt, max_len, dict(eos_id=eos_id, pad_id=pad_id))
-    with _inference(model):
-        return _continue_loop(model, prompt, lambda logits: logits.argmax(dim=-1), max_len, eos_id, pad_id, use_cache)
+    with _inference(model, use_cache) as cache:
+        return _continue_loop(model, prompt, lambda logits: logits.argmax(dim=-1), max_len, eos_id, pad_id, cache)
 
 
 def sample_continue(
@@ -694,5 +702,5 @@ def sample_continue(
         probs = sampling_distribution(logits, temperature, top_k, top_p)  # (B, V)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
 
-    with _inference(model):
-        return _continue_loop(model, prompt, pick, max_len, eos_id, pad_id, use_cache)
+    with _inference(model, use_cache) as cache:
+        return _continue_loop(model, prompt, pick, max_len, eos_id, pad_id, cache)

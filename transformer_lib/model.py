@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .blocks import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer
+from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer
 from .embeddings import (
     ALiBiBias,
     LearnedPositionalEmbedding,
@@ -26,6 +26,7 @@ from .embeddings import (
     TokenEmbedding,
 )
 from .masking import _check_token_ids, padding_mask, target_mask
+from .positional_attention import with_attention_positions
 
 __all__ = [
     "TransformerConfig",
@@ -34,6 +35,7 @@ __all__ = [
     "POSITIONAL",
     "input_positions",
     "attention_positions",
+    "build_stacks",
     "Transformer",
     "DecoderOnlyTransformer",
     "AttentionMaps",
@@ -277,21 +279,40 @@ def input_positions(config: TransformerConfig) -> nn.Module:
     return NoPositionalEncoding()
 
 
-def attention_positions(config: TransformerConfig, bidirectional: bool) -> dict[str, nn.Module]:
-    """Positions inside self-attention (chapter 7), as keyword arguments for the layers of one stack.
+def attention_positions(config: TransformerConfig, bidirectional: bool) -> nn.Module | None:
+    """Positions inside self-attention (chapter 7) for the layers of one stack: a
+    ``RotaryEmbedding`` for ``rope``, an ``ALiBiBias`` or ``RelativePositionBias`` for
+    ``alibi``/``relative``, ``None`` for positions added to the input.
 
-    ``{"rotary": RotaryEmbedding}`` for ``rope``, ``{"position_bias": ALiBiBias or
-    RelativePositionBias}`` for ``alibi``/``relative``, nothing for positions added to the input.
     Call it once per stack: its layers share the module (T5 shares its relative biases so).
     ``bidirectional`` is ``False`` for a causal stack (a relative bias then learns no future distances).
     """
     if config.positional == "rope":
-        return {"rotary": RotaryEmbedding(config.d_model // config.n_heads, config.max_len)}
+        return RotaryEmbedding(config.d_model // config.n_heads, config.max_len)
     if config.positional == "alibi":
-        return {"position_bias": ALiBiBias(config.n_heads)}
+        return ALiBiBias(config.n_heads)
     if config.positional == "relative":
-        return {"position_bias": RelativePositionBias(config.n_heads, config.relative_max_distance, bidirectional)}
-    return {}
+        return RelativePositionBias(config.n_heads, config.relative_max_distance, bidirectional)
+    return None
+
+
+def _layer_args(c: TransformerConfig) -> dict[str, Any]:
+    return dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, attn_dropout=c.attn_dropout,
+                activation=c.activation, norm_first=c.norm_first, eps=c.layer_norm_eps)
+
+
+def _final_norm(c: TransformerConfig) -> nn.LayerNorm | None:
+    """Pre-LN ends each stack with a LayerNorm (chapter 4); Post-LN layers already end with one."""
+    return nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None
+
+
+def build_stacks(c: TransformerConfig) -> tuple[Encoder, Decoder]:
+    """The encoder and decoder stacks the config describes, positions inside attention included."""
+    encoder = Encoder([EncoderLayer(**_layer_args(c)) for _ in range(c.n_encoder_layers)], _final_norm(c))
+    decoder = Decoder([DecoderLayer(**_layer_args(c)) for _ in range(c.n_decoder_layers)], _final_norm(c))
+    with_attention_positions(encoder.layers, attention_positions(c, bidirectional=True))  # chapter 7
+    with_attention_positions(decoder.layers, attention_positions(c, bidirectional=False))
+    return encoder, decoder
 
 
 class Transformer(nn.Module):
@@ -319,35 +340,18 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.config = config
-        c = config
+        self.config = c = config
         self.src_embed = TokenEmbedding(c.src_vocab_size, c.d_model)
+        # One matrix for both languages when they share a vocabulary (paper, section 3.4).
         self.tgt_embed = self.src_embed if c.share_embeddings else TokenEmbedding(c.tgt_vocab_size, c.d_model)
-        self.src_positions = input_positions(c)  # sinusoidal or learned; nothing for rope/alibi/relative
-        self.tgt_positions = input_positions(c)
-        # Paper, section 5.4: dropout on the sums of the embeddings and the positional encodings.
-        self.embed_dropout = nn.Dropout(c.dropout)
-        layer_args = dict(
-            d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, attn_dropout=c.attn_dropout,
-            activation=c.activation, norm_first=c.norm_first, eps=c.layer_norm_eps,
-        )
-        # rope/alibi/relative: one module per stack for its self-attention layers (chapter 7)
-        encoder_positions = attention_positions(c, bidirectional=True)
-        decoder_positions = attention_positions(c, bidirectional=False)
-        self.encoder = Encoder(
-            [EncoderLayer(**layer_args, **encoder_positions) for _ in range(c.n_encoder_layers)],
-            final_norm=nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None,
-        )
-        self.decoder = Decoder(
-            [DecoderLayer(**layer_args, **decoder_positions) for _ in range(c.n_decoder_layers)],
-            final_norm=nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None,
-        )
-        # The paper's "pre-softmax linear transformation"; the Annotated Transformer calls it the
-        # generator. It returns logits; softmax belongs to the loss or the decoder.
+        self.src_positions, self.tgt_positions = input_positions(c), input_positions(c)
+        self.embed_dropout = nn.Dropout(c.dropout)  # paper, section 5.4: on embeddings + positions
+        self.encoder, self.decoder = build_stacks(c)
+        # The "pre-softmax linear transformation" (the Annotated Transformer's "generator"): it
+        # returns logits; softmax belongs to the loss or the decoder.
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         init_parameters(self)
-        if c.tie_output:
-            # Tie after initialising, so the shared matrix keeps the embedding's N(0, 1/D) init.
+        if c.tie_output:  # after initialising, so the shared matrix keeps the embedding's N(0, 1/D) start
             self.generator.weight = self.tgt_embed.weight
 
     def make_masks(self, src: Tensor, tgt: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
@@ -367,22 +371,18 @@ class Transformer(nn.Module):
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
-        cache: DecoderCache | None = None,
+        start: int = 0,
     ) -> Tensor:
         """Target ids ``(B, T)`` and memory ``(B, S, D)`` -> decoder states ``(B, T, D)``.
 
-        With a ``cache`` (from :meth:`new_cache`), ``tgt`` holds only the tokens not yet decoded;
-        their positions continue from ``cache.length``, and keys/values of earlier positions come
-        from the cache. ``tgt_mask`` then covers ``(new, cached + new)`` positions; ``None`` is right
-        for a single new token.
+        ``start`` is the position of the first of the ``T`` tokens: 0, except when a key/value cache
+        (chapter 6, :func:`transformer_lib.kv_cache.kv_cache`) holds the earlier ones.
         """
         if memory.dim() != 3 or memory.size(0) != tgt.size(0):
             raise ValueError(
                 f"memory must be (B, S, D) with the same B as tgt {tuple(tgt.shape)}, got {tuple(memory.shape)}"
             )
-        start = cache.length if cache is not None else 0
-        x = self._embed_target(tgt, start)
-        h, _, _ = self.decoder(x, memory, src_mask, tgt_mask, cache=cache)
+        h, _, _ = self.decoder(self._embed_target(tgt, start), memory, src_mask, tgt_mask)
         return h
 
     def _default_masks(
@@ -413,10 +413,6 @@ class Transformer(nn.Module):
         _, dec_self, dec_cross = self.decoder(self._embed_target(tgt, 0), memory, src_mask, tgt_mask, need_weights=True)
         return AttentionMaps(encoder_self=enc_weights, decoder_self=dec_self, decoder_cross=dec_cross)
 
-    def new_cache(self) -> DecoderCache:
-        """An empty key/value cache for incremental decoding with :meth:`decode`."""
-        return DecoderCache(len(self.decoder.layers))
-
     def _embed_source(self, src: Tensor) -> Tensor:
         self._check_ids(src, "src")
         return self.embed_dropout(self.src_positions(self.src_embed(src)))  # (B, S, D)
@@ -437,10 +433,13 @@ class DecoderOnlyTransformer(nn.Module):
     The decoder stack without cross-attention: token embedding, positions, causal self-attention
     and feed-forward layers, output projection. It reads one sequence and predicts each next token;
     a task with an input and an output writes both in one sequence (input, separator, output).
-    ``forward`` gives logits for every position (teacher forcing); ``decode`` / ``generator`` /
-    ``new_cache`` are the steps decoding uses, with the same meaning as :class:`Transformer`'s,
-    so the key/value cache works unchanged (``decode`` takes ``memory`` only to keep that call
-    signature: there is no encoder, and it must be ``None``).
+    ``forward`` gives logits for every position (teacher forcing); ``decode`` / ``generator`` are
+    the steps decoding uses, with the same meaning as :class:`Transformer`'s, so decoding and the
+    key/value cache work unchanged (``decode`` takes ``memory`` only to keep that call signature:
+    there is no encoder, and it must be ``None``).
+
+    Its layers are chapter 4's *encoder* layers (self-attention and feed-forward: GPT's block)
+    under a causal mask; the stack is still called ``decoder``, its role.
 
     Args:
         config: a :class:`TransformerConfig` with ``n_encoder_layers=0`` and one vocabulary
@@ -469,15 +468,8 @@ class DecoderOnlyTransformer(nn.Module):
         self.embed = TokenEmbedding(c.tgt_vocab_size, c.d_model)
         self.positions = input_positions(c)
         self.embed_dropout = nn.Dropout(c.dropout)
-        layer_args = dict(
-            d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, attn_dropout=c.attn_dropout,
-            activation=c.activation, norm_first=c.norm_first, eps=c.layer_norm_eps,
-        )
-        positions = attention_positions(c, bidirectional=False)
-        self.decoder = Decoder(
-            [DecoderLayer(**layer_args, **positions, cross_attention=False) for _ in range(c.n_decoder_layers)],
-            final_norm=nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None,
-        )
+        self.decoder = Encoder([EncoderLayer(**_layer_args(c)) for _ in range(c.n_decoder_layers)], _final_norm(c))
+        with_attention_positions(self.decoder.layers, attention_positions(c, bidirectional=False))
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         init_parameters(self)
         if c.tie_output:
@@ -493,19 +485,18 @@ class DecoderOnlyTransformer(nn.Module):
         memory: None = None,
         src_mask: None = None,
         tgt_mask: Tensor | None = None,
-        cache: DecoderCache | None = None,
+        start: int = 0,
     ) -> Tensor:
         """Token ids ``(B, T)`` -> states ``(B, T, D)``, under ``tgt_mask`` (as given: pass a causal one).
 
-        With a ``cache`` (from :meth:`new_cache`), ``tokens`` holds only the positions not yet seen;
-        their positions continue from ``cache.length``. ``memory`` and ``src_mask`` must be ``None``.
+        ``start`` is the position of the first token (not 0 when a key/value cache holds the earlier
+        ones). ``memory`` and ``src_mask`` must be ``None``.
         """
         if memory is not None or src_mask is not None:
             raise ValueError("a decoder-only model has no encoder memory: pass memory=None and src_mask=None")
         Transformer._check_ids(tokens, "tokens")
-        start = cache.length if cache is not None else 0
         x = self.embed_dropout(self.positions(self.embed(tokens), start=start))  # (B, T, D)
-        h, _, _ = self.decoder(x, None, None, tgt_mask, cache=cache)
+        h, _ = self.decoder(x, tgt_mask)
         return h  # (B, T, D)
 
     def forward(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -517,9 +508,5 @@ class DecoderOnlyTransformer(nn.Module):
         mask = self.make_mask(tokens) if mask is None else mask
         Transformer._check_ids(tokens, "tokens")
         x = self.embed_dropout(self.positions(self.embed(tokens)))
-        _, weights, _ = self.decoder(x, None, None, mask, need_weights=True)
+        _, weights = self.decoder(x, mask, need_weights=True)
         return weights
-
-    def new_cache(self) -> DecoderCache:
-        """An empty key/value cache for incremental decoding with :meth:`decode`."""
-        return DecoderCache(len(self.decoder.layers))

@@ -56,7 +56,7 @@ def torch_multihead_attention(ours: MultiHeadAttention) -> nn.MultiheadAttention
     exists only for ``n_heads * d_k == n_heads * d_v == d_out == d_model``.
     """
     H = ours.n_heads
-    if ours.rotary is not None or ours.position_bias is not None:
+    if type(ours) is not MultiHeadAttention:  # a subclass puts positions inside (chapter 7)
         raise ValueError("nn.MultiheadAttention has no rotary or score-bias positions (chapter 7); this layer uses them")
     if not (H * ours.d_k == H * ours.d_v == ours.d_out == ours.d_model):
         raise ValueError(
@@ -104,11 +104,6 @@ def torch_encoder_layer(ours: EncoderLayer) -> nn.TransformerEncoderLayer:
 
 def torch_decoder_layer(ours: DecoderLayer) -> nn.TransformerDecoderLayer:
     """An ``nn.TransformerDecoderLayer`` (batch_first) with our weights and our LN placement."""
-    if ours.cross_attn is None:
-        raise ValueError(
-            "this decoder layer has no cross-attention (decoder-only, chapter 7); nn.TransformerDecoderLayer "
-            "always has one: compare it with torch_encoder_layer and a causal mask instead"
-        )
     theirs = nn.TransformerDecoderLayer(**_layer_options(ours))
     _copy_attention(ours.self_attn, theirs.self_attn)
     _copy_attention(ours.cross_attn, theirs.multihead_attn)
