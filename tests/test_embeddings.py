@@ -27,7 +27,7 @@ def test_token_embedding_is_a_scaled_lookup() -> None:
 
 @pytest.mark.parametrize("bad", [torch.tensor([[1.0, 2.0]]), torch.tensor([[True]])])
 def test_token_embedding_rejects_non_integer_ids(bad: torch.Tensor) -> None:
-    with pytest.raises(TypeError, match="must be integers"):
+    with pytest.raises(TypeError, match="must hold integer token ids"):
         TokenEmbedding(10, 4)(bad)
 
 

@@ -1,8 +1,8 @@
 """From token ids to vectors: token embeddings and positional information.
 
 Positions added to the input (chapter 3): :class:`SinusoidalPositionalEncoding` (the paper's) and
-:class:`LearnedPositionalEmbedding`. Positions *inside* attention (chapter 7), given to
-``MultiHeadAttention(rotary=..., position_bias=...)`` of self-attention layers:
+:class:`LearnedPositionalEmbedding`. Positions *inside* attention (chapter 7), used by the
+self-attention subclasses of :mod:`transformer_lib.positional_attention`:
 :class:`RotaryEmbedding` (RoPE) rotates queries and keys; :class:`ALiBiBias` and
 :class:`RelativePositionBias` add a bias to the scores that depends on the distance ``j - i``.
 
@@ -19,6 +19,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .token_ids import check_token_ids
+
 __all__ = [
     "TokenEmbedding",
     "sinusoidal_table",
@@ -30,21 +32,6 @@ __all__ = [
     "ALiBiBias",
     "RelativePositionBias",
 ]
-
-
-def _check_tokens(tokens: Tensor, vocab_size: int) -> None:
-    if not isinstance(tokens, Tensor):
-        raise TypeError(f"token ids must be a torch.Tensor, got {type(tokens).__name__}")
-    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-        raise TypeError(
-            f"token ids must be integers (torch.long), got dtype {tokens.dtype}; "
-            "an embedding looks rows up by index, so a float id has no meaning"
-        )
-    if tokens.numel() and not torch.compiler.is_compiling():
-        low, high = int(tokens.min()), int(tokens.max())
-        if low < 0 or high >= vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab_size - 1}] (vocab_size={vocab_size})")
 
 
 class TokenEmbedding(nn.Module):
@@ -77,7 +64,7 @@ class TokenEmbedding(nn.Module):
         return self.embedding.weight
 
     def forward(self, tokens: Tensor) -> Tensor:
-        _check_tokens(tokens, self.vocab_size)
+        check_token_ids(tokens, "token ids", self.vocab_size)
         return self.embedding(tokens) * self.scale  # (B, L, D)
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .token_ids import check_token_ids
+
 __all__ = [
     "padding_mask",
     "causal_mask",
@@ -33,21 +35,6 @@ __all__ = [
     "check_mask",
     "to_torch_blocked",
 ]
-
-
-def _check_token_ids(tokens: Tensor, name: str) -> None:
-    if not isinstance(tokens, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
-    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-        raise TypeError(
-            f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}; "
-            "convert with .long() if the values are whole numbers"
-        )
-    if tokens.dtype not in (torch.long, torch.int32):
-        # nn.Embedding indexes with int64 or int32 only; uint8 ids would also wrap at 256.
-        raise TypeError(f"{name} must hold token ids as torch.long (or int32), got dtype {tokens.dtype}; convert with .long()")
-    if tokens.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, L), got {tuple(tokens.shape)}")
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
@@ -66,7 +53,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
         >>> padding_mask(torch.tensor([[5, 7, 0]]), pad_id=0).squeeze()
         tensor([ True,  True, False])
     """
-    _check_token_ids(tokens, "tokens")
+    check_token_ids(tokens, "tokens", batched=True)
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, L)
 
 

@@ -25,8 +25,9 @@ from .embeddings import (
     SinusoidalPositionalEncoding,
     TokenEmbedding,
 )
-from .masking import _check_token_ids, padding_mask, target_mask
+from .masking import padding_mask, target_mask
 from .positional_attention import with_attention_positions
+from .token_ids import check_token_ids
 
 __all__ = [
     "TransformerConfig",
@@ -423,7 +424,7 @@ class Transformer(nn.Module):
 
     @staticmethod
     def _check_ids(ids: Tensor, name: str) -> None:
-        _check_token_ids(ids, name)  # a tensor, integer dtype, (B, length): the masks' own check
+        check_token_ids(ids, name, batched=True)
 
 
 
