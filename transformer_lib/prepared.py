@@ -29,6 +29,7 @@ __all__ = ["TOKENIZERS", "PREPARED_FORMAT", "PreparedTranslation", "prepare_mult
 TOKENIZERS = ("spacy", "bpe")
 # What PreparedTranslation.save writes into its file, so load can refuse any other file.
 PREPARED_FORMAT = "transformer_lib.prepared_translation"
+SplitTokens = dict[str, tuple[list[list[str]], list[list[str]]]]  # split -> (source tokens, target tokens)
 
 
 @dataclass
@@ -153,9 +154,6 @@ def _training_subset(pairs: Sequence[tuple[str, str]], train_size: int, seed: in
         raise ValueError(f"train_size must be in [1, {len(pairs)}], got {train_size}")
     keep = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(seed))[:train_size]
     return [pairs[i] for i in sorted(keep.tolist())]
-
-
-SplitTokens = dict[str, tuple[list[list[str]], list[list[str]]]]  # split -> (source tokens, target tokens)
 
 
 def _word_tokens(
