@@ -75,7 +75,7 @@ def test_set_lengths(data_dir: str | None, n: int) -> tuple[list[tuple[int, int]
     if folder and (Path(folder) / "test_2016_flickr.de.gz").exists():
         import gzip
 
-        from transformer_lib.data import tokenizer
+        from transformer_lib.vocab import tokenizer
 
         lines = {
             lang: gzip.open(Path(folder) / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8").read().splitlines()

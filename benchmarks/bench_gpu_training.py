@@ -51,7 +51,8 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from transformer_lib.data import Batch, PreparedTranslation, collate, make_loader  # noqa: E402
+from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
+from transformer_lib.prepared import PreparedTranslation  # noqa: E402
 from transformer_lib.masking import causal_mask, padding_mask, to_torch_blocked  # noqa: E402
 from transformer_lib.model import Transformer, TransformerConfig, count_parameters  # noqa: E402
 from transformer_lib.reference import TorchTransformer  # noqa: E402
@@ -159,7 +160,7 @@ def load_batches(n: int, batch_size: int, data: Path | None, seed: int = 0) -> t
         if data is not None:
             prepared, source = PreparedTranslation.load(data), f"Multi30k training batches from {data}"
         else:
-            from transformer_lib.data import prepare_multi30k  # tokenizes with spaCy
+            from transformer_lib.prepared import prepare_multi30k  # tokenizes with spaCy
 
             prepared, source = prepare_multi30k(folder, splits=("train",)), "Multi30k training batches (MULTI30K_DIR)"
         loader = make_loader(prepared.splits["train"], batch_size, seed=seed)

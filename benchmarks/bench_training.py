@@ -45,7 +45,8 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor is True")  # nn.
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from transformer_lib.data import Batch, collate, make_loader, toy_task, toy_vocab  # noqa: E402
+from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
+from transformer_lib.toy_tasks import toy_task, toy_vocab  # noqa: E402
 from transformer_lib.embeddings import SinusoidalPositionalEncoding, TokenEmbedding  # noqa: E402
 from transformer_lib.masking import padding_mask, to_torch_blocked  # noqa: E402
 from transformer_lib.model import Transformer, TransformerConfig, count_parameters, init_parameters  # noqa: E402
@@ -178,7 +179,7 @@ def _batches(n: int, batch_size: int, seed: int = 0) -> tuple[list[Batch], int, 
     """Multi30k training batches (length-bucketed) if the data is there, else random ids with its lengths."""
     folder = os.environ.get("MULTI30K_DIR")
     if folder and Path(folder, "train.de.gz").is_file():
-        from transformer_lib.data import prepare_multi30k
+        from transformer_lib.prepared import prepare_multi30k
 
         prepared = prepare_multi30k(folder, splits=("train",))  # the full vocabularies: 8,014 / 6,191
         loader = make_loader(prepared.splits["train"], batch_size, seed=seed)

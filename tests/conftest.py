@@ -37,7 +37,7 @@ def real_multi30k():
     """
     from pathlib import Path
 
-    from transformer_lib.data import MULTI30K_ENV, MULTI30K_SHA256
+    from transformer_lib.multi30k import MULTI30K_ENV, MULTI30K_SHA256
 
     folder = os.environ.get(MULTI30K_ENV)
     if folder and all((Path(folder) / name).is_file() for name in MULTI30K_SHA256):

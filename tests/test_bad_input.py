@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from transformer_lib import train, translate
-from transformer_lib.data import MULTI30K_SHA256, Vocab
+from transformer_lib.multi30k import MULTI30K_SHA256
+from transformer_lib.vocab import Vocab
 from transformer_lib.decoding import beam_search, greedy_decode, sample, sampling_distribution
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training import CheckpointError, TrainConfig, Trainer, load_checkpoint, save_checkpoint

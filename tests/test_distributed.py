@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_lib import train
-from transformer_lib.data import BucketBatchSampler, make_loader, toy_task
+from transformer_lib.batching import BucketBatchSampler, make_loader
+from transformer_lib.toy_tasks import toy_task
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training import (
     DistributedSetup,

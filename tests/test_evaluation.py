@@ -12,7 +12,7 @@ import pytest
 import sacrebleu
 import torch
 
-from transformer_lib.data import tokenizer
+from transformer_lib.vocab import tokenizer
 from transformer_lib.evaluation import (
     RESULTS_DIR,
     BleuScore,

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lib.data import SPECIALS, UNK, Vocab, load_multi30k, prepare_multi30k
+from transformer_lib.multi30k import load_multi30k
+from transformer_lib.prepared import prepare_multi30k
+from transformer_lib.vocab import SPECIALS, UNK, Vocab
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.subword import WORD_START, SubwordTokenizer
 from transformer_lib.training import load_checkpoint, save_checkpoint

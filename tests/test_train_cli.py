@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from transformer_lib import train
-from transformer_lib.data import Vocab, prepare_multi30k
+from transformer_lib.prepared import prepare_multi30k
+from transformer_lib.vocab import Vocab
 from transformer_lib.training import Trainer, average_checkpoints, load_checkpoint
 
 FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib import training
-from transformer_lib.data import collate, make_loader, toy_task, toy_vocab
+from transformer_lib.batching import collate, make_loader
+from transformer_lib.toy_tasks import toy_task, toy_vocab
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training import (
     CHECKPOINT_KEYS,

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lib import data
-from transformer_lib.data import MULTI30K_SHA256, Vocab, load_multi30k, sha256_file, tokenizer
+from transformer_lib import multi30k
+from transformer_lib.multi30k import MULTI30K_SHA256, load_multi30k, sha256_file
+from transformer_lib.vocab import Vocab, tokenizer
 from transformer_lib.decoding import beam_search, greedy_decode
 from transformer_lib.evaluation import corpus_bleu, detokenize
 from transformer_lib.model import Transformer, TransformerConfig
@@ -162,7 +163,7 @@ def test_checkpoints_written_here_have_every_entry_training_writes() -> None:
 
 def write_fake_multi30k(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Four sentence pairs as the val and test splits, which the CLI's loader
-    (``data.load_multi30k``) accepts: it is given these files' checksums instead of the published ones."""
+    (``multi30k.load_multi30k``) accepts: it is given these files' checksums instead of the published ones."""
     folder.mkdir()
     for split in ("val", "test_2016_flickr"):
         for lang, lines in (("de", GERMAN), ("en", ENGLISH)):
@@ -293,7 +294,7 @@ def test_eval_needs_a_multi30k_checkpoint_and_data(tmp_path: Path, checkpoint: P
     def no_network(url: str, destination: Path, timeout: float = 60.0) -> None:
         raise OSError("no network")
 
-    monkeypatch.setattr(data, "_download", no_network)
+    monkeypatch.setattr(multi30k, "_download", no_network)
     err = error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test")
     assert "MULTI30K_DIR" in err and "no network" in err
     err = error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test", "--data-dir", str(tmp_path))

@@ -12,7 +12,7 @@ exact: join the pieces, turn each ``▁`` back into a space. A joint German+Engl
 the source and target embeddings be one matrix, tied to the output layer too (Press & Wolf 2017),
 as the paper does with its shared 37,000-token vocabulary.
 
-It imports nothing from the model; :class:`~transformer_lib.data.Vocab` holds the same ids, so a
+It imports nothing from the model; :class:`~transformer_lib.vocab.Vocab` holds the same ids, so a
 subword model trains and decodes like a word-level one.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .data import SPECIALS, UNK, Vocab
+from .vocab import SPECIALS, UNK, Vocab
 
 __all__ = ["WORD_START", "SubwordTokenizer"]
 
@@ -49,7 +49,7 @@ class SubwordTokenizer:
     """A trained BPE tokenizer: text to subword pieces and back.
 
     Build one with :meth:`train`; save it inside a checkpoint with :meth:`to_json` and rebuild it
-    with :meth:`from_json`. Ids 0-3 are the specials of :data:`~transformer_lib.data.SPECIALS`, so
+    with :meth:`from_json`. Ids 0-3 are the specials of :data:`~transformer_lib.vocab.SPECIALS`, so
     :attr:`vocab` gives the same ids as the tokenizer itself.
 
     Example:

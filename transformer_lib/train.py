@@ -56,20 +56,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .data import (
-    SOURCE_FORMAT,
-    SPECIALS,
-    TOKENIZERS,
-    TOY_TASKS,
-    PreparedTranslation,
-    TranslationData,
-    Vocab,
-    make_loader,
-    pad_sequences,
-    prepare_multi30k,
-    toy_task,
-    toy_vocab,
-)
+from .batching import SOURCE_FORMAT, TranslationData, make_loader, pad_sequences
+from .prepared import TOKENIZERS, PreparedTranslation, prepare_multi30k
+from .toy_tasks import TOY_TASKS, toy_task, toy_vocab
+from .vocab import SPECIALS, Vocab
 from .evaluation import bleu_scores
 from .model import PRESETS, Transformer, TransformerConfig, count_parameters
 from .profile import PROFILE_ENV, current_profile

@@ -35,7 +35,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .data import SOURCE_FORMAT, TOY_TASKS, Vocab, load_multi30k, pad_sequences, tokenizer
+from .batching import SOURCE_FORMAT, pad_sequences
+from .multi30k import load_multi30k
+from .toy_tasks import TOY_TASKS
+from .vocab import Vocab, tokenizer
 from .decoding import beam_search, greedy_decode
 from .evaluation import BleuScore, bleu_scores, detokenize
 from .masking import padding_mask

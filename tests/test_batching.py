@@ -1,0 +1,89 @@
+"""Tests of transformer_lib.batching: TranslationData, collate, length bucketing and the loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_lib.batching import BucketBatchSampler, TranslationData, collate, make_loader, padding_waste
+from transformer_lib.multi30k import load_multi30k
+from transformer_lib.toy_tasks import toy_task
+from transformer_lib.vocab import tokenizer
+
+FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"
+FIXTURE_SHA256 = {line.split()[1]: line.split()[0] for line in (FIXTURE / "SHA256SUMS").read_text().splitlines()}
+
+
+def test_collate_shifts_targets_and_pads() -> None:
+    batch = collate([([5, 6, 7], [8, 9]), ([5], [8, 9, 10, 11])], pad_id=0, bos_id=2, eos_id=3)
+    assert batch.src.tolist() == [[5, 6, 7, 3], [5, 3, 0, 0]]
+    assert batch.tgt_in.tolist() == [[2, 8, 9, 0, 0], [2, 8, 9, 10, 11]]
+    assert batch.tgt_out.tolist() == [[8, 9, 3, 0, 0], [8, 9, 10, 11, 3]]
+    shifted = batch.tgt_in[:, 1:] != 0  # tgt_in is tgt_out shifted right by one, wherever it is not padding
+    assert torch.equal(batch.tgt_in[:, 1:][shifted], batch.tgt_out[:, :-1][shifted])
+    assert batch.n_tokens == int((batch.tgt_out != 0).sum()) == 8
+    assert batch.src.dtype == torch.long and len(batch) == 2
+
+
+def test_sampler_yields_every_index_once_and_is_reproducible() -> None:
+    lengths = [int(x) for x in torch.randint(1, 30, (1000,))]
+    sampler = BucketBatchSampler(lengths, 32, pool_batches=4, seed=1)
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    assert len(batches) == len(sampler) == 32 and all(len(b) == 32 for b in batches[:-1] if len(b) != 8)
+    assert list(sampler) == batches  # same epoch, same batches
+    sampler.set_epoch(1)
+    assert list(sampler) != batches
+    state = torch.get_rng_state()
+    list(sampler)
+    assert torch.equal(torch.get_rng_state(), state)  # the global RNG (dropout's) is untouched
+    assert len(BucketBatchSampler(lengths, 32, drop_last=True)) == 31 == len(list(BucketBatchSampler(lengths, 32, drop_last=True)))
+
+
+def test_sampler_without_shuffle_keeps_order() -> None:
+    assert list(BucketBatchSampler([3, 1, 2, 5, 4], 2, bucket=False, shuffle=False)) == [[0, 1], [2, 3], [4]]
+
+
+def test_padding_waste_by_hand() -> None:
+    # batch [0, 1]: lengths 3 and 5 -> 2 pads; batch [2]: none. 2 pads over 3 sequences.
+    assert padding_waste([[0, 1], [2]], [3, 5, 4]) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="no batches"):
+        padding_waste([], [1])
+
+
+def test_bucketing_reduces_padding_waste_on_the_fixture() -> None:
+    pairs = load_multi30k("train", FIXTURE, checksums=FIXTURE_SHA256)
+    lengths = [len(tokenizer("en")(target)) + 1 for _, target in pairs]
+    random_waste = padding_waste(BucketBatchSampler(lengths, 8, bucket=False, seed=0), lengths)
+    bucket_waste = padding_waste(BucketBatchSampler(lengths, 8, bucket=True, seed=0), lengths)
+    assert random_waste > 2.0  # the fixture's lengths vary (4 to 20 tokens)
+    assert bucket_waste < random_waste / 4
+
+
+def test_make_loader_batches_cover_the_data_and_leave_the_global_rng_alone() -> None:
+    train, _ = toy_task("copy", 200, 0, max_len=8)
+    loader = make_loader(train, 16, seed=0)
+    state = torch.get_rng_state()
+    batches = list(loader)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert sum(len(b) for b in batches) == 200 and len(batches) == len(loader)
+    assert sum(b.n_tokens for b in batches) == sum(len(t) + 1 for t in train.tgt)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: BucketBatchSampler([1, 2], 0), "batch_size"),
+    (lambda: BucketBatchSampler([], 4), "nothing to batch"),
+    (lambda: TranslationData([[1]], []), "pair up"),
+    (lambda: collate([]), "empty"),
+])
+def test_batching_rejects_bad_input(call, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_translation_data_dict_round_trip() -> None:
+    original = TranslationData([[4, 5], [], [6]], [[7], [8, 9, 10], []])
+    restored = TranslationData.from_dict(original.to_dict())
+    assert restored.src == original.src and restored.tgt == original.tgt
