@@ -26,7 +26,10 @@ from torch import Tensor, nn
 
 from .masking import check_mask
 
-__all__ = ["scaled_dot_product_attention", "softmax_attention", "fused_attention", "MultiHeadAttention", "linear_attention"]
+__all__ = [
+    "scaled_dot_product_attention", "softmax_attention", "fused_attention", "MultiHeadAttention",
+    "linear_attention", "causal_linear_attention",
+]
 
 
 def _check_bias(bias: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
@@ -327,15 +330,20 @@ def linear_attention(
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     phi_q = F.elu(query) + 1  # (..., T, Dk)
     phi_k = F.elu(key) + 1  # (..., L, Dk)
-    if not causal:
-        state = phi_k.transpose(-2, -1) @ value  # (..., Dk, Dv)
-        normaliser = phi_k.sum(dim=-2)[..., None]  # (..., Dk, 1)
-        return (phi_q @ state) / (phi_q @ normaliser + eps)  # (..., T, Dv)
+    if causal:
+        return causal_linear_attention(phi_q, phi_k, value, eps, chunk_size)
+    state = phi_k.transpose(-2, -1) @ value  # (..., Dk, Dv)
+    normaliser = phi_k.sum(dim=-2)[..., None]  # (..., Dk, 1)
+    return (phi_q @ state) / (phi_q @ normaliser + eps)  # (..., T, Dv)
 
+
+def causal_linear_attention(phi_q: Tensor, phi_k: Tensor, value: Tensor, eps: float = 1e-6, chunk_size: int = 64) -> Tensor:
+    """The causal case of :func:`linear_attention`, on features ``phi_q (..., T, Dk)``,
+    ``phi_k (..., T, Dk)``: running sums over the keys, ``chunk_size`` positions at a time."""
     state = phi_k.new_zeros(*phi_k.shape[:-2], phi_k.size(-1), value.size(-1))  # (..., Dk, Dv)
     normaliser = phi_k.new_zeros(*phi_k.shape[:-2], phi_k.size(-1), 1)  # (..., Dk, 1)
     outputs = []
-    for start in range(0, query.size(-2), chunk_size):
+    for start in range(0, phi_q.size(-2), chunk_size):
         q = phi_q[..., start : start + chunk_size, :]  # (..., C, Dk)
         k = phi_k[..., start : start + chunk_size, :]  # (..., C, Dk)
         v = value[..., start : start + chunk_size, :]  # (..., C, Dv)
