@@ -1,4 +1,4 @@
-"""viz section 3: the embedding and block figures of chapters 3 and 4.
+"""The embedding and block figures of chapters 3 and 4.
 
 Each figure function returns a chart or axes built from the data it was given (never shows it),
 labels its axes, and rejects input it cannot draw with a message that names the problem.
@@ -15,7 +15,7 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from transformer_lib import viz  # noqa: E402
+from transformer_lib.book import figures as viz  # noqa: E402
 from transformer_lib.embeddings import sinusoidal_table  # noqa: E402
 
 
