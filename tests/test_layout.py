@@ -30,7 +30,10 @@ for name in ["transformer_lib", *json.loads(sys.argv[2])]:
     if new:
         found[name] = new
     before |= set(new)
-print(json.dumps(found))
+elsewhere = sorted(m.__name__ for m in list(sys.modules.values())
+                   if m.__name__.startswith("transformer_lib") and getattr(m, "__file__", None)
+                   and not m.__file__.startswith(sys.argv[3]))
+print(json.dumps({"found": found, "elsewhere": elsewhere}))
 """
 
 
@@ -42,11 +45,14 @@ def test_there_is_a_core_and_a_book_package() -> None:
 
 def test_no_core_module_imports_the_book_package_or_its_plotting_stack() -> None:
     result = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(FORBIDDEN), json.dumps(CORE)],
+        [sys.executable, "-c", _PROBE, json.dumps(FORBIDDEN), json.dumps(CORE), str(ROOT)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    # An editable install of another checkout can supply a module this one has deleted.
+    assert not report["elsewhere"], f"modules loaded from outside {ROOT}: {report['elsewhere']}"
+    found = report["found"]
     assert not found, (
         "importing the core loaded what only the book needs (import it inside the function that uses it, "
         "or move the code to transformer_lib/book/): "
@@ -58,8 +64,8 @@ def test_the_book_package_imports_none_of_its_modules() -> None:
     """``import transformer_lib.book.experiment`` (what the train CLI needs) must not load altair."""
     result = subprocess.run(
         [sys.executable, "-c", _PROBE, json.dumps(["altair", "pandas", "matplotlib"]),
-         json.dumps(["transformer_lib.book", "transformer_lib.book.experiment", "transformer_lib.book.source"])],
+         json.dumps(["transformer_lib.book", "transformer_lib.book.experiment", "transformer_lib.book.source"]), str(ROOT)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == {}
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"found": {}, "elsewhere": []}
