@@ -26,7 +26,7 @@ def _close_figures():
     plt.close("all")
 
 
-# --- 2. Attention and mask figures -------------------------------------------------------------
+# --- 1. Attention and mask figures -------------------------------------------------------------
 
 QUERIES = ["<bos>", "the", "cat", "the"]  # "the" twice: rows must not merge
 KEYS = ["die", "Katze", "<pad>"]

@@ -20,7 +20,7 @@ import pandas as pd
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-# --- 2. Attention and mask figures (chapters 1, 2, 6) -------------------------------------------
+# --- 1. Attention and mask figures (chapters 1, 2, 6) -------------------------------------------
 
 
 def _to_numpy(x: Any) -> Any:
@@ -375,7 +375,7 @@ def _draw_mask_tags(ax: Axes, lit: bool) -> None:
                 bbox=dict(boxstyle="round,pad=0.3", **_box_style(lit)))
 
 
-# --- 3. Embedding and block figures (chapters 3, 4) ---------------------------------------------
+# --- 2. Embedding and block figures (chapters 3, 4) ---------------------------------------------
 #
 # Inputs are tensors or arrays (CPU, any float dtype; no gradient needed) plus labels. altair charts
 # carry tooltips and a legend that highlights one series on click; matplotlib functions draw into
@@ -651,7 +651,7 @@ def position_change_bars(
     return ax
 
 
-# --- 4. Training figures (chapter 5) -------------------------------------------------------------
+# --- 3. Training figures (chapter 5) -------------------------------------------------------------
 
 
 def _history_frames(history: dict[str, list[dict[str, float]]]) -> tuple[Any, Any]:
@@ -905,7 +905,7 @@ class LiveLossPlot:
         self._last_draw = time.perf_counter()
 
 
-# --- 5. Beyond figures (chapter 7) ----------------------------------------------------------------
+# --- 4. Beyond figures (chapter 7) ----------------------------------------------------------------
 
 
 def rotation_plot(
