@@ -6,7 +6,7 @@ Sphinx bug, see ``_drop_repeated_inline_scripts``):
 1. Serves vega-embed (with vega and vega-lite) from the site, so charts need no CDN. The bundle is
    made at build time by vl-convert (``vl_convert.javascript_bundle``), matched to altair's
    Vega-Lite version, cached under ``_build/.site_assets``, and added (deferred) to the pages that
-   have a chart, i.e. an output of ``transformer_lib.viz``'s renderer (``<div class="tt-altair">``).
+   have a chart, i.e. an output of the renderer of ``transformer_lib.book.charts`` (``<div class="tt-altair">``).
 2. Labels the Colab set-up cell (the code cell that ``%pip install``-s transformer_lib from the
    repository; every chapter opens with the same one): a note above it says what it is, so readers of
    the website know why a chapter starts with an install. Chapters need no tag or metadata for this.

@@ -30,14 +30,8 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import json
-import platform
-import re
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +40,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from common import memory_probe, side_by_side  # noqa: E402
 from transformer_lib.attention import linear_attention, scaled_dot_product_attention  # noqa: E402
 from transformer_lib.masking import causal_mask, sliding_window_mask  # noqa: E402
 
@@ -63,66 +58,6 @@ def methods(T: int, window: int, device: torch.device) -> dict[str, Method]:
         "linear, causal": lambda q, k, v: linear_attention(q, k, v, causal=True),
         "linear, non-causal": lambda q, k, v: linear_attention(q, k, v),
     }
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _resident_mib(field: str) -> float:
-    status = Path("/proc/self/status").read_text()
-    return int(re.search(rf"{field}:\s+(\d+)", status).group(1)) / 1024  # kB -> MiB
-
-
-def memory_probe(device: torch.device) -> Callable[[Callable[[], object]], float] | None:
-    """A function that runs a call and returns its extra peak memory in MiB, or None if unavailable."""
-    if device.type == "cuda":
-        def on_gpu(fn: Callable[[], object]) -> float:
-            sync(device)
-            before = torch.cuda.memory_allocated(device)
-            torch.cuda.reset_peak_memory_stats(device)
-            fn()
-            sync(device)
-            return (torch.cuda.max_memory_allocated(device) - before) / 2**20
-        return on_gpu
-    clear_refs = Path("/proc/self/clear_refs")
-    if platform.system() != "Linux" or not clear_refs.exists():
-        return None
-    libc = ctypes.CDLL(None)
-    # Memory freed by earlier calls stays resident in malloc's pools and would be reused unseen;
-    # malloc_trim (glibc) hands it back to the system first, so the peak counts every page touched.
-    trim = getattr(libc, "malloc_trim", None)
-
-    def on_linux(fn: Callable[[], object]) -> float:
-        gc.collect()
-        if trim is not None:
-            trim(0)
-        clear_refs.write_text("5")  # resets the peak (VmHWM) to the current resident size
-        before = _resident_mib("VmRSS")
-        fn()
-        return _resident_mib("VmHWM") - before
-
-    try:
-        on_linux(lambda: None)
-    except OSError:
-        return None
-    return on_linux
-
-
-def side_by_side(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int) -> dict[str, float]:
-    """Median seconds per call of each function, alternating them."""
-    for fn in fns.values():  # warm-up
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            sync(device)
-            start = time.perf_counter()
-            fn()
-            sync(device)
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:

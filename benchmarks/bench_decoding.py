@@ -36,6 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from common import side_by_side, sync, timed  # noqa: E402
 from transformer_lib.decoding import beam_search, greedy_decode  # noqa: E402
 from transformer_lib.model import Transformer, TransformerConfig  # noqa: E402
 
@@ -43,30 +44,6 @@ from transformer_lib.model import Transformer, TransformerConfig  # noqa: E402
 SRC_VOCAB, TGT_VOCAB = 8014, 6191
 UNREACHABLE_EOS = 10**9  # an id the model cannot produce: decoding runs exactly max_len steps
 BOS, PAD = 2, 0
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn: Callable[[], object], device: torch.device) -> float:
-    sync(device)
-    start = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - start
-
-
-def side_by_side(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int) -> dict[str, float]:
-    """Median time of each function, alternating them so that load changes hit all alike."""
-    for fn in fns.values():  # warm-up: allocator, kernels, caches
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            times[name].append(timed(fn, device))
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def test_set_lengths(data_dir: str | None, n: int) -> tuple[list[tuple[int, int]], str]:

@@ -51,6 +51,7 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from common import sync  # noqa: E402
 from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
 from transformer_lib.prepared import PreparedTranslation  # noqa: E402
 from transformer_lib.masking import causal_mask, padding_mask, to_torch_blocked  # noqa: E402
@@ -228,11 +229,6 @@ class Runner:
         self.optimizer.step()
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _matmul_dtype(device: torch.device, amp: str) -> str:
     if device.type == "cuda":
         if amp != "off" and torch.cuda.is_bf16_supported():
@@ -308,17 +304,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for runner in runners:  # warm-up: every batch shape once (compilation, allocator, kernel choice)
         for batch in batches:
             runner.step(batch)
-    _sync(device)
+    sync(device)
     print(f"warm-up (one pass over {len(batches)} batches each{', compiling' if compile_mode else ''}): "
           f"{time.perf_counter() - start:.1f} s", flush=True)
 
     for round_ in range(rounds):  # alternate which model goes first
         for runner in runners if round_ % 2 == 0 else runners[::-1]:
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             for batch in batches:
                 runner.step(batch)
-            _sync(device)
+            sync(device)
             runner.times.append(time.perf_counter() - start)
 
     tokens = sum(b.n_tokens for b in batches)
@@ -365,12 +361,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratio_ours_over_torch": models["ours"]["tokens_per_s"] / models["nn.Transformer"]["tokens_per_s"],
         "quick": args.quick,
     }
-    if args.profile:
-        result["profile"] = {r.name: _profile(r, batches[:3], device) for r in runners}
+    if args.trace:
+        result["trace"] = {r.name: _trace(r, batches[:3], device) for r in runners}
     return result
 
 
-def _profile(runner: Runner, batches: list[Batch], device: torch.device) -> str:
+def _trace(runner: Runner, batches: list[Batch], device: torch.device) -> str:
     """The most expensive kernels (CUDA) or operators (CPU) of three updates, as a table."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -378,7 +374,7 @@ def _profile(runner: Runner, batches: list[Batch], device: torch.device) -> str:
     with profile(activities=activities) as prof:
         for batch in batches:
             runner.step(batch)
-        _sync(device)
+        sync(device)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=key, row_limit=15)
     print(f"\n{runner.name}: top kernels of {len(batches)} updates\n{table}", flush=True)
@@ -413,7 +409,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--compile-mode", default=None, help="torch.compile mode (default, reduce-overhead, max-autotune)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's peak for the MFU, if not in the table")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--profile", action="store_true", help="also print each model's most expensive kernels")
+    parser.add_argument("--trace", action="store_true", help="also print each model's most expensive kernels (torch profiler)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (numbers meaningless)")
     args = parser.parse_args(argv)

@@ -45,6 +45,7 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor is True")  # nn.
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from common import sync  # noqa: E402
 from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
 from transformer_lib.toy_tasks import toy_task, toy_vocab  # noqa: E402
 from transformer_lib.embeddings import SinusoidalPositionalEncoding, TokenEmbedding  # noqa: E402
@@ -57,7 +58,7 @@ from transformer_lib.training import Trainer, TrainConfig, evaluate  # noqa: E40
 SRC_VOCAB, TGT_VOCAB = 8014, 6191
 
 
-class TorchTransformer(nn.Module):
+class TorchTransformerBaseline(nn.Module):
     """``torch.nn.Transformer`` inside the same embeddings, positions and tied output layer as ours.
 
     It offers our model's training interface (``make_masks`` and ``forward(src, tgt_in, src_mask,
@@ -105,7 +106,7 @@ class TorchTransformer(nn.Module):
         return self.generator(h)  # (B, T, V)
 
 
-MODELS = {"ours": Transformer, "nn.Transformer": TorchTransformer}
+MODELS = {"ours": Transformer, "nn.Transformer": TorchTransformerBaseline}
 
 
 def _batch_stream(loader: torch.utils.data.DataLoader) -> Iterator[Batch]:
@@ -159,8 +160,7 @@ def reverse_to_100(quick: bool, device: torch.device, seed: int = 0) -> list[dic
             if trainer.step % s["eval_every"] == 0 or trainer.step == trainer.total_steps:
                 run["exact_match"] = evaluate(trainer.model, heldout_loader, device=device)["exact_match"]
                 run["done"] = run["exact_match"] == 1.0 or trainer.step >= trainer.total_steps
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            sync(device)
             run["clock"] += time.perf_counter() - start
         order.reverse()
     results = []
@@ -214,12 +214,10 @@ def throughput(quick: bool, device: torch.device, batch_size: int) -> dict[str, 
     for _ in range(rounds):
         for batch in batches:
             for name, trainer in trainers.items():  # alternate: ours, theirs, ours, theirs, ...
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
+                sync(device)
                 start = time.perf_counter()
                 trainer.train_step(batch)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
+                sync(device)
                 times[name].append(time.perf_counter() - start)
     tokens = sum(b.n_tokens for b in batches) * rounds
     result: dict[str, Any] = {"batch_size": batch_size, "batches": n_batches * rounds, "data": source, "models": {}}

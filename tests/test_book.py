@@ -173,8 +173,8 @@ def test_every_library_name_a_chapter_uses_exists(path: Path) -> None:
 
 def _public_library_names() -> set[str]:
     names: set[str] = set()
-    for py in (ROOT / "transformer_lib").glob("*.py"):
-        module = importlib.import_module(f"transformer_lib.{py.stem}")
+    for py in (ROOT / "transformer_lib").rglob("*.py"):  # the book-support package too
+        module = importlib.import_module(".".join(py.relative_to(ROOT).with_suffix("").parts))
         names |= {n for n in getattr(module, "__all__", []) if not n.startswith("_")}
     return names
 

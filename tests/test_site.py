@@ -8,7 +8,7 @@ off. What is checked:
 - no request goes to any host but the local server, and every local request succeeds;
 - no console errors and no uncaught exceptions;
 - every math element is typeset by MathJax, without TeX errors;
-- every altair chart (drawn by ``transformer_lib.viz``) is drawn live with marks in it; hovering any
+- every altair chart (drawn through ``transformer_lib.book.charts``) is drawn live with marks in it; hovering any
   chart that has tooltips shows one; a bound input (a head picker, say) redraws its chart; chart text
   stands out from what is behind it, in light and in dark mode; with JavaScript off, the static SVG shows;
 - every image loads;
@@ -541,7 +541,7 @@ def test_page_in_light_mode(browser: Any, site: str, path: str) -> None:
         outputs = " ".join(page.locator(".cell_output").all_inner_texts())
         if RAW_CHART_TEXT.search(outputs):
             problems.append(
-                "a chart shows as text (altair's default renderer): import transformer_lib.viz before displaying charts"
+                "a chart shows as text (altair's default renderer): call transformer_lib.book.charts.enable_charts() before displaying charts"
             )
         setup_cells = page.evaluate(SETUP_CELLS_JS)
         if not all(setup_cells):
@@ -719,7 +719,9 @@ def _book_site_extension() -> Any:
 def _demo_chart() -> Any:
     import altair as alt
 
-    import transformer_lib.viz  # noqa: F401  (importing it enables the book's renderer)
+    from transformer_lib.book.charts import enable_charts
+
+    enable_charts()  # what each chapter's set-up does
 
     rows = [
         {"head": h, "query": q, "key": k, "weight": round(((h + 1) * (i + 2) * (j + 3)) % 7 / 7, 3)}
@@ -741,10 +743,11 @@ def test_charts_display_through_the_book_renderer_as_valid_notebook_outputs() ->
     import altair as alt
     import nbformat
 
-    from transformer_lib import viz
+    from transformer_lib.book import charts
 
-    assert alt.renderers.active == viz.CHART_RENDERER
-    bundle = _demo_chart()._repr_mimebundle_()
+    chart = _demo_chart()
+    assert alt.renderers.active == charts.CHART_RENDERER
+    bundle = chart._repr_mimebundle_()
     html = bundle["text/html"]
     assert 'class="tt-altair"' in html and "data:image/svg+xml;base64," in html
     assert html.count("</script>") == 1, "nothing in the spec may end the script early"
@@ -760,7 +763,7 @@ def vega_bundle() -> Path:
 
 
 def _chart_page(folder: Path, *, with_bundle: bool) -> None:
-    bundle = _demo_chart()._repr_mimebundle_()
+    bundle = chart._repr_mimebundle_()
     script = '<script defer src="vega-embed.js"></script>' if with_bundle else ""
     (folder / "chart.html").write_text(
         f'<!doctype html><html data-theme="light"><head><meta charset="utf-8">{script}</head>'

@@ -11,6 +11,9 @@ Beyond the 2017 model (chapter 7): RoPE, ALiBi and relative position biases (emb
 decoder-only model (model), sliding-window masks (masking) and linear attention (attention).
 
 Import from the modules (``from transformer_lib.attention import MultiHeadAttention``) or from here.
+
+What exists for the book and not for the model (figures, the chart renderer, ``show_source``, the
+experiment-size switch, committed results) is in :mod:`transformer_lib.book`, which nothing here imports.
 """
 
 from .attention import MultiHeadAttention, linear_attention, scaled_dot_product_attention

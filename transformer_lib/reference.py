@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .blocks import DecoderLayer, EncoderLayer
+from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer
 from .masking import causal_mask, padding_mask, to_torch_blocked
 from .model import Transformer
 
@@ -120,6 +120,25 @@ def _copied_norm(norm: nn.Module | None) -> nn.LayerNorm | None:
     return copy
 
 
+def _torch_encoder(ours: Encoder) -> nn.TransformerEncoder:
+    """Our encoder stack as ``nn.TransformerEncoder``, layer by layer, with our final norm (if any)."""
+    layers = [torch_encoder_layer(layer) for layer in ours.layers]
+    encoder = nn.TransformerEncoder(layers[0], num_layers=1, enable_nested_tensor=False)
+    encoder.layers, encoder.num_layers = nn.ModuleList(layers), len(layers)
+    # nn.Transformer would add final LayerNorms unconditionally; the Post-LN model has none.
+    encoder.norm = _copied_norm(ours.final_norm)
+    return encoder
+
+
+def _torch_decoder(ours: Decoder) -> nn.TransformerDecoder:
+    """Our decoder stack as ``nn.TransformerDecoder``, layer by layer, with our final norm (if any)."""
+    layers = [torch_decoder_layer(layer) for layer in ours.layers]
+    decoder = nn.TransformerDecoder(layers[0], num_layers=1)
+    decoder.layers, decoder.num_layers = nn.ModuleList(layers), len(layers)
+    decoder.norm = _copied_norm(ours.final_norm)
+    return decoder
+
+
 class TorchTransformer(nn.Module):
     """``nn.Transformer`` between our embeddings and our output layer, with our weights.
 
@@ -147,15 +166,7 @@ class TorchTransformer(nn.Module):
         self.src_embed, self.tgt_embed = ours.src_embed, ours.tgt_embed
         self.src_positions, self.tgt_positions = ours.src_positions, ours.tgt_positions
         self.generator = ours.generator
-        encoder_layers = [torch_encoder_layer(layer) for layer in ours.encoder.layers]
-        decoder_layers = [torch_decoder_layer(layer) for layer in ours.decoder.layers]
-        encoder = nn.TransformerEncoder(encoder_layers[0], num_layers=1, enable_nested_tensor=False)
-        decoder = nn.TransformerDecoder(decoder_layers[0], num_layers=1)
-        encoder.layers, encoder.num_layers = nn.ModuleList(encoder_layers), len(encoder_layers)
-        decoder.layers, decoder.num_layers = nn.ModuleList(decoder_layers), len(decoder_layers)
-        # nn.Transformer would add final LayerNorms unconditionally; the Post-LN model has none.
-        encoder.norm = _copied_norm(ours.encoder.final_norm)
-        decoder.norm = _copied_norm(ours.decoder.final_norm)
+        encoder, decoder = _torch_encoder(ours.encoder), _torch_decoder(ours.decoder)
         # nn.Transformer re-initialises every matrix it holds when it is constructed (custom stacks
         # included), so it is built empty and our converted stacks are put in afterwards.
         self.transformer = nn.Transformer(

@@ -62,7 +62,6 @@ from .toy_tasks import TOY_TASKS, toy_task, toy_vocab
 from .vocab import SPECIALS, Vocab
 from .evaluation import bleu_scores
 from .model import PRESETS, Transformer, TransformerConfig, count_parameters
-from .profile import PROFILE_ENV, current_profile
 from .training import (
     DistributedSetup,
     Trainer,
@@ -137,6 +136,8 @@ DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from .book.experiment import PROFILE_ENV  # the book's size switch; imported here, so the core never loads the book package
+
     parser = CommandLineParser(
         prog="python -m transformer_lib.train",
         description="Train an encoder-decoder Transformer on a toy task or on Multi30k (German -> English).",
@@ -204,6 +205,8 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
     ``--prepare-only`` without ``--profile`` prepares the data of a full run: the file is usually
     made on one machine (with the data and spaCy) for a full run on another (a GPU).
     """
+    from .book.experiment import current_profile
+
     profile = args.profile or ("full" if getattr(args, "prepare_only", False) else current_profile())
     family = "toy" if args.task in TOY_TASKS else "multi30k"
     settings = dict(DEFAULTS[family][profile])
@@ -878,7 +881,7 @@ def _time_to_bleu(history: dict[str, list[dict[str, Any]]], threshold: float | N
 def _save_loss_plot(history: dict[str, Any], path: Path, title: str) -> bool:
     """Draw the loss curves; on a machine without the book's plotting packages, say so and go on."""
     try:
-        from .viz import plot_training_curves
+        from .book.figures import plot_training_curves
     except ImportError as error:
         print(f"no {path.name}: {error} (metrics.json has every number the plot would show)", flush=True)
         return False

@@ -1,232 +1,26 @@
-"""Figures for the book: altair charts where interaction helps, matplotlib for static plots.
+"""The chapters' figures: altair charts where interaction helps, matplotlib for static plots.
 
-Library code returns charts (``alt.Chart``) or axes (``matplotlib.axes.Axes``); it never calls
+Functions return charts (``alt.Chart``) or axes (``matplotlib.axes.Axes``); they never call
 ``plt.show()``. Conventions: queries on rows, keys on columns, axes labelled with tokens.
-It imports nothing from the model: functions take tensors/arrays and labels.
-
-Importing this module also configures how altair charts are displayed (section 1), so that the
-built website needs no CDN and charts stay interactive.
+Nothing here imports the model: functions take tensors/arrays and labels. Charts display
+interactively once :func:`transformer_lib.book.charts.enable_charts` has been called.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
-import re
-import textwrap
-import uuid
-from base64 import b64encode
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import TYPE_CHECKING, Any
 
 import altair as alt
 import numpy as np
 import pandas as pd
-from altair.utils.mimebundle import spec_to_mimebundle
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-# --- 0. Showing library source in a chapter -----------------------------------------------------
-
-
-def show_source(obj: Any) -> Any:
-    """Display the source of a ``transformer_lib`` function or class, syntax-highlighted.
-
-    Chapters use this instead of copying code, so the page always shows the code that runs.
-    Returns an ``IPython.display.Code`` object (the notebook displays it as a cell's value).
-    """
-    from IPython.display import Code
-
-    module = inspect.getmodule(obj)
-    if module is None or not module.__name__.startswith("transformer_lib"):
-        raise ValueError(f"show_source is for transformer_lib code, got {obj!r}")
-    return Code(textwrap.dedent(inspect.getsource(obj)), language="python")
-
-
-# --- 1. Displaying charts (offline-capable renderer) -------------------------------------------
-#
-# altair's own HTML output loads vega, vega-lite and vega-embed from a CDN, so a chart would need
-# the internet and the website could not work offline. Importing this module registers and enables
-# the renderer below instead. Each chart's output carries:
-#   - ``text/html``: the chart as a static SVG image (what a reader sees where JavaScript does not run:
-#     GitHub's notebook preview, a page with JavaScript off) and a small script that replaces it with
-#     the interactive chart (tooltips, selections, dropdowns). The script uses ``window.vegaEmbed``
-#     when the page has it (the website serves vega-embed itself, see ``_ext/book_site.py``) and
-#     otherwise loads it from the CDN as altair does (Jupyter, Colab, VS Code).
-#   - the Vega-Lite JSON under the Vega-Lite mimetype, for front ends that draw that natively.
-# The interactive chart follows the website's light/dark switch (and JupyterLab's dark theme).
-
-
-CHART_RENDERER = "tested_transformer"
-"""Name of the altair renderer this module registers and enables on import."""
-
-CHART_CLASS = "tt-altair"
-"""CSS class of every chart's outer ``<div>`` (the website's build and browser test look for it)."""
-
-# The Jupyter convention (JupyterLab's renderer, nbformat's rule that a JSON output's mimetype ends
-# in "+json"). altair 6's own mimetype renderer says "application/vnd.vegalite.v6.json", which
-# nbformat rejects as a notebook output.
-_VEGALITE_MIMETYPE = f"application/vnd.vegalite.v{alt.VEGALITE_VERSION.split('.')[0]}+json"
-_CDN = {
-    "vega": f"https://cdn.jsdelivr.net/npm/vega@{alt.VEGA_VERSION}?noext",
-    "vegaLite": f"https://cdn.jsdelivr.net/npm/vega-lite@{alt.VEGALITE_VERSION}?noext",
-    "vegaEmbed": f"https://cdn.jsdelivr.net/npm/vega-embed@{alt.VEGAEMBED_VERSION}?noext",
-}
-
-# Placeholders: __ID__, __SPEC__, __OPTIONS__, __CDN__ (JSON, made safe to sit inside <script>).
-_EMBED_SCRIPT = """\
-(function (id, spec, embedOptions, cdn) {
-  "use strict";
-  var box = document.getElementById(id);
-  if (!box) return;
-  // Readable on a dark page: light text and guides, no white card. Marks keep their colours.
-  var DARK = {
-    background: "transparent",
-    title: {color: "#e8eaed", subtitleColor: "#c4c8cd"},
-    style: {"guide-label": {fill: "#d5d9de"}, "guide-title": {fill: "#e8eaed"}},
-    axis: {domainColor: "#9aa0a6", tickColor: "#9aa0a6", gridColor: "#3c4043"},
-    header: {labelColor: "#d5d9de", titleColor: "#e8eaed"},
-    text: {color: "#e8eaed"},
-    view: {stroke: "#5f6368"}
-  };
-  function isDark() {
-    var theme = document.documentElement.getAttribute("data-theme");  // the book's website
-    if (theme === "auto") return !!window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
-    if (theme) return theme === "dark";
-    return !!document.body && document.body.getAttribute("data-jp-theme-light") === "false";  // JupyterLab
-  }
-  var live = null, view = null, shown = null;
-  function draw() {
-    var dark = isDark();
-    if (dark === shown) return null;
-    var opts = Object.assign(
-      {renderer: "svg", actions: {export: true, source: false, compiled: false, editor: false}},
-      embedOptions,
-      dark ? {config: DARK, tooltip: {theme: "dark"}} : {}
-    );
-    if (!live) {
-      live = document.createElement("div");
-      live.className = "tt-altair-live";
-      box.appendChild(live);
-    }
-    if (view) view.finalize();
-    return window.vegaEmbed(live, spec, opts).then(function (result) {
-      view = result.view;
-      shown = dark;
-      box.ttView = view;  // for tests and the curious: the live Vega view
-      var still = box.querySelector(".tt-altair-static");
-      if (still) still.remove();
-      box.setAttribute("data-tt-status", "rendered");
-      box.setAttribute("data-tt-theme", dark ? "dark" : "light");
-    });
-  }
-  function fail(err) {
-    box.setAttribute("data-tt-status", "error");  // the static image stays
-    console.error("transformer_lib.viz: chart " + id + " could not be drawn:", err);
-  }
-  function start() {
-    var queue = Promise.resolve().then(draw).catch(fail);
-    if (window.MutationObserver) {
-      new MutationObserver(function () { queue = queue.then(draw).catch(fail); })
-        .observe(document.documentElement, {attributes: true, attributeFilter: ["data-theme"]});
-    }
-  }
-  function loadScript(src) {
-    return new Promise(function (resolve, reject) {
-      var s = document.createElement("script");
-      s.src = src;
-      s.onload = resolve;
-      s.onerror = function () { reject(new Error("could not load " + src)); };
-      document.head.appendChild(s);
-    });
-  }
-  function loadFromCdn() {
-    if (typeof window.define === "function" && window.define.amd) {  // classic Notebook: RequireJS
-      window.requirejs.config({paths: {"vega": cdn.vega, "vega-lite": cdn.vegaLite, "vega-embed": cdn.vegaEmbed}});
-      return new Promise(function (resolve, reject) {
-        window.require(["vega-embed"], function (vegaEmbed) { window.vegaEmbed = vegaEmbed; resolve(); }, reject);
-      });
-    }
-    window.ttVegaLoading = window.ttVegaLoading || loadScript(cdn.vega)
-      .then(function () { return loadScript(cdn.vegaLite); })
-      .then(function () { return loadScript(cdn.vegaEmbed); });
-    return window.ttVegaLoading;
-  }
-  function begin() {
-    if (typeof window.vegaEmbed === "function") start();
-    else loadFromCdn().then(start, fail);
-  }
-  // On the website vega-embed comes in a deferred script: it is defined once the page is parsed.
-  if (typeof window.vegaEmbed !== "function" && document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", begin);
-  } else {
-    begin();
-  }
-})(__ID__, __SPEC__, __OPTIONS__, __CDN__);
-"""
-
-
-def _script_json(value: Any) -> str:
-    """JSON that can sit inside a ``<script>`` element (no ``</script>`` or ``<!--`` in strings)."""
-    text = json.dumps(value, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _chart_label(spec: dict) -> str:
-    """A text alternative for the chart: its description, else its title."""
-    if spec.get("description"):
-        return str(spec["description"])
-    title = spec.get("title")
-    if isinstance(title, dict):
-        title = title.get("text")
-    if isinstance(title, list):
-        title = " ".join(map(str, title))
-    return f"Chart: {title}" if title else "Chart"
-
-
-def chart_mimebundle(spec: dict, **metadata: Any) -> dict[str, Any]:
-    """The altair renderer enabled on import: an offline-capable, interactive chart with a static SVG.
-
-    Args:
-        spec: the Vega-Lite specification altair passes to a renderer.
-        **metadata: renderer options; ``embed_options`` (a dict) is passed to vega-embed, as with
-            altair's own renderers (``alt.renderers.enable(CHART_RENDERER, embed_options={...})``).
-
-    Returns:
-        A Jupyter mimebundle with ``text/html`` (static SVG plus the script that makes it interactive),
-        the Vega-Lite JSON, and ``text/plain``.
-    """
-    # Random, not counted: after a kernel restart a counter would repeat ids still on the page.
-    chart_id = f"{CHART_CLASS}-{uuid.uuid4().hex[:16]}"
-    svg = spec_to_mimebundle(
-        spec,
-        format="svg",
-        mode="vega-lite",
-        vega_version=alt.VEGA_VERSION,
-        vegaembed_version=alt.VEGAEMBED_VERSION,
-        vegalite_version=alt.VEGALITE_VERSION,
-    )["image/svg+xml"]
-    label = _chart_label(spec)
-    values = {"ID": chart_id, "SPEC": spec, "OPTIONS": metadata.get("embed_options") or {}, "CDN": _CDN}
-    # One pass, so a placeholder-like string inside the spec is never replaced in turn.
-    script = re.sub(r"__(ID|SPEC|OPTIONS|CDN)__", lambda m: _script_json(values[m.group(1)]), _EMBED_SCRIPT)
-    image = b64encode(svg.encode("utf-8")).decode("ascii")
-    html = (
-        f'<div class="{CHART_CLASS}" id="{chart_id}" data-tt-status="static">'
-        f'<img class="tt-altair-static" alt="{escape(label)}" src="data:image/svg+xml;base64,{image}">'
-        f"</div>\n<script>\n{script}</script>\n"
-    )
-    return {"text/html": html, _VEGALITE_MIMETYPE: spec, "text/plain": f"<{label} (altair)>"}
-
-
-alt.renderers.register(CHART_RENDERER, chart_mimebundle)
-alt.renderers.enable(CHART_RENDERER)
-
-
-# --- 2. Attention and mask figures (chapters 1, 2, 6) -------------------------------------------
+# --- 1. Attention and mask figures (chapters 1, 2, 6) -------------------------------------------
 
 
 def _to_numpy(x: Any) -> Any:
@@ -292,26 +86,12 @@ def attention_heatmap(
         the grid into cells with fields ``query_pos``, ``key_pos``, ``query``, ``key``, ``weight``.
     """
 
-    if isinstance(weights, (list, tuple)):
-        weights = np.stack([_to_numpy(w) for w in weights])
-    w = _to_numpy(weights).astype(np.float64)
-    if w.ndim not in (2, 3, 4):
-        raise ValueError(
-            f"weights must have shape (T, L), (H, T, L) or (layers, H, T, L) for one sequence, got {w.shape}; "
-            "select the batch element first (weights[0])"
-        )
-    w = w.reshape((1,) * (4 - w.ndim) + w.shape)  # (N, H, T, L)
+    w = _attention_grids(weights)  # (N, H, T, L)
     n_layers, n_heads, n_queries, n_keys = w.shape
     query_tokens = _check_labels(query_tokens, n_queries, "query")
     key_tokens = _check_labels(key_tokens, n_keys, "key")
-    layer_names = [f"layer {i}" for i in range(n_layers)] if layer_names is None else list(layer_names)
-    head_names = [f"head {i}" for i in range(n_heads)] if head_names is None else list(head_names)
-    if len(layer_names) != n_layers or len(head_names) != n_heads:
-        raise ValueError(
-            f"got {len(layer_names)} layer names and {len(head_names)} head names for weights with "
-            f"{n_layers} layers and {n_heads} heads"
-        )
-
+    layer_names = _names(layer_names, "layer", n_layers)
+    head_names = _names(head_names, "head", n_heads)
     # One record per (layer, head) holding its (T, L) weights; the chart's transforms pick the
     # selected layer and head first and only then expand that one grid into cells. This keeps the
     # embedded data small (altair refuses more than 5,000 rows by default, and a trained model's
@@ -326,20 +106,55 @@ def attention_heatmap(
         for layer in range(n_layers)
         for head in range(n_heads)
     ]
+    chart = _layer_and_head_menus(alt.Chart(alt.Data(values=records)), layer_names, head_names)
     top = float(w.max()) if vmax is None else float(vmax)
-    # Key labels stay horizontal while they fit in a column (about 7 pixels a character).
-    key_angle = 0 if max(len(t) for t in key_tokens) * 7 <= cell_size else -90
-    chart = alt.Chart(alt.Data(values=records))
-    if n_layers > 1:
+    chart = _attention_cells(chart, query_tokens, key_tokens, top, cell_size)
+    return chart if title is None else chart.properties(title=title)
+
+
+def _attention_grids(weights: Any) -> np.ndarray:
+    """Attention weights of one sequence as a float array ``(N, H, T, L)``."""
+    if isinstance(weights, (list, tuple)):
+        weights = np.stack([_to_numpy(w) for w in weights])
+    w = _to_numpy(weights).astype(np.float64)
+    if w.ndim not in (2, 3, 4):
+        raise ValueError(
+            f"weights must have shape (T, L), (H, T, L) or (layers, H, T, L) for one sequence, got {w.shape}; "
+            "select the batch element first (weights[0])"
+        )
+    return w.reshape((1,) * (4 - w.ndim) + w.shape)  # (N, H, T, L)
+
+
+def _names(names: Sequence[str] | None, kind: str, count: int) -> list[str]:
+    """``count`` names for the layer or head menu: the given ones, else ``"<kind> 0"``, ..."""
+    names = [f"{kind} {i}" for i in range(count)] if names is None else list(names)
+    if len(names) != count:
+        raise ValueError(f"got {len(names)} {kind} names for weights with {count} {kind}s")
+    return names
+
+
+def _layer_and_head_menus(chart: alt.Chart, layer_names: list[str], head_names: list[str]) -> alt.Chart:
+    """A dropdown for the layer and radio buttons for the head, where there is a choice."""
+    if len(layer_names) > 1:
         layer_param = alt.param(
             name="layer", value=layer_names[0], bind=alt.binding_select(options=layer_names, name="layer ")
         )
         chart = chart.add_params(layer_param).transform_filter(alt.datum.layer == layer_param)
-    if n_heads > 1:
-        binding = alt.binding_radio if n_heads <= 8 else alt.binding_select
+    if len(head_names) > 1:
+        binding = alt.binding_radio if len(head_names) <= 8 else alt.binding_select
         head_param = alt.param(name="head", value=head_names[0], bind=binding(options=head_names, name="head "))
         chart = chart.add_params(head_param).transform_filter(alt.datum.head == head_param)
-    chart = (
+    return chart
+
+
+def _attention_cells(
+    chart: alt.Chart, query_tokens: list[str], key_tokens: list[str], top: float, cell_size: int
+) -> alt.Chart:
+    """Expand the selected ``(T, L)`` grid into one rectangle per query and key, with tooltips."""
+    n_queries, n_keys = len(query_tokens), len(key_tokens)
+    # Key labels stay horizontal while they fit in a column (about 7 pixels a character).
+    key_angle = 0 if max(len(t) for t in key_tokens) * 7 <= cell_size else -90
+    return (
         chart.transform_flatten(["weights", "query_pos"], as_=["row", "query_pos"])  # one datum per query
         .transform_calculate(key_pos=f"sequence(0, {n_keys})")
         .transform_flatten(["row", "key_pos"], as_=["weight", "key_pos"])  # one datum per cell
@@ -366,9 +181,6 @@ def attention_heatmap(
         )
         .properties(width=cell_size * n_keys, height=cell_size * n_queries)
     )
-    if title is not None:
-        chart = chart.properties(title=title)
-    return chart
 
 
 def mask_heatmap(
@@ -468,76 +280,102 @@ def architecture_diagram(highlight: Sequence[str] = (), ax: Axes | None = None) 
         The matplotlib ``Axes``.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch
 
     unknown = set(highlight) - set(ARCHITECTURE_CHAPTERS)
     if unknown:
         raise ValueError(f"unknown parts {sorted(unknown)}; choose from {sorted(ARCHITECTURE_CHAPTERS)}")
     if ax is None:
         _, ax = plt.subplots(figsize=(9.0, 6.6))
-    on, off, edge, faint, ink = "#f6ad55", "#edf2f7", "#2d3748", "#a0aec0", "#1a202c"
-    width, height, centre = 4.6, 0.62, {0: 2.6, 1: 8.8}
-    chapter_of = {part: label.split()[0] for part, label in ARCHITECTURE_CHAPTERS.items()}
-
-    def style(lit: bool) -> dict[str, Any]:
-        return dict(facecolor=on if lit else off, edgecolor=edge if lit else faint, linewidth=1.4 if lit else 0.8)
-
-    def line(points: list[tuple[float, float]], head: bool = True) -> None:
-        xs, ys = zip(*points)
-        ax.plot(xs[:-1] + (xs[-1],), ys, color="#4a5568", lw=0.9, solid_capstyle="round")
-        if head:
-            ax.annotate("", xy=points[-1], xytext=points[-2], arrowprops=dict(arrowstyle="->", color="#4a5568", lw=0.9))
-
-    # the stacked layers, drawn first so that boxes sit on top
-    for column, (bottom, top, name) in {0: (1.9, 6.4, "encoder layer × N"), 1: (1.9, 8.4, "decoder layer × N")}.items():
-        ax.add_patch(
-            FancyBboxPatch(
-                (centre[column] - width / 2 - 0.3, bottom), width + 0.6, top - bottom,
-                boxstyle="round,pad=0.02,rounding_size=0.2", facecolor="none", edgecolor=faint, linestyle="--",
-            )
-        )
-        ax.text(centre[column] - width / 2 - 0.2, top - 0.08, name, ha="left", va="top", fontsize=7.5, color="#4a5568")
-    rows: dict[int, list[float]] = {0: [], 1: []}
-    for column, row, text, part in _ARCHITECTURE:
-        x = centre[column]
-        ax.add_patch(
-            FancyBboxPatch((x - width / 2, row - height / 2), width, height,
-                           boxstyle="round,pad=0.02,rounding_size=0.12", **style(part in highlight))
-        )
-        ax.text(x - 0.3, row, text, ha="center", va="center", fontsize=8.2, color=ink)
-        ax.text(x + width / 2 - 0.1, row, f"ch. {chapter_of[part]}", ha="right", va="center", fontsize=6.5, color="#4a5568")
-        rows[column].append(row)
-    for column, ys in rows.items():
-        for y0, y1 in zip(ys, ys[1:]):
-            line([(centre[column], y0 + height / 2 + 0.02), (centre[column], y1 - height / 2 - 0.02)])
-    # inputs, and the encoder's output (memory) into every decoder layer's cross-attention
-    ax.text(centre[0], -0.85, "source tokens", ha="center", va="center", fontsize=8.5)
-    ax.text(centre[1], -0.85, "target tokens (shifted right)", ha="center", va="center", fontsize=8.5)
-    for column in (0, 1):
-        line([(centre[column], -0.65), (centre[column], -height / 2 - 0.02)])
-    cross_x = (centre[0] + width / 2 + 0.3 + centre[1] - width / 2 - 0.3) / 2
-    line([(centre[0], 5.5 + height / 2 + 0.02), (centre[0], 6.9), (cross_x, 6.9), (cross_x, 4.5),
-          (centre[1] - width / 2 - 0.02, 4.5)])
-    ax.text(centre[0] + 0.15, 6.98, "memory (B, S, D)", ha="left", va="bottom", fontsize=7.5, color="#4a5568")
+    _draw_layer_frames(ax)
+    _draw_boxes(ax, highlight)
+    _draw_inputs_and_memory(ax)
     lit = "training" in highlight or "decoding" in highlight
-    ax.text(centre[1], 11.1, "training: the loss (ch. 5)  ·  decoding: greedy and beam search (ch. 6)",
-            ha="center", va="center", fontsize=8, color=ink, bbox=dict(boxstyle="round,pad=0.35", **style(lit)))
-    line([(centre[1], 10 + height / 2 + 0.02), (centre[1], 10.8)])
-    # which masks each attention sees
-    for column, row, text in _MASK_TAGS:
-        if column == 0:
-            x, ha = centre[0] - width / 2 - 0.45, "right"
-        else:
-            x, ha = centre[1] + width / 2 + 0.45, "left"
-        ax.text(x, row, f"{text}\n(ch. 2)", ha=ha, va="center", fontsize=7, color=ink,
-                bbox=dict(boxstyle="round,pad=0.3", **style("masks" in highlight)))
+    ax.text(_CENTRE[1], 11.1, "training: the loss (ch. 5)  ·  decoding: greedy and beam search (ch. 6)",
+            ha="center", va="center", fontsize=8, color=_INK, bbox=dict(boxstyle="round,pad=0.35", **_box_style(lit)))
+    _arrow(ax, [(_CENTRE[1], 10 + _BOX_HEIGHT / 2 + 0.02), (_CENTRE[1], 10.8)])
+    _draw_mask_tags(ax, lit="masks" in highlight)
     ax.set_xlim(-1.9, 13.7)
     ax.set_ylim(-1.2, 11.6)
     ax.axis("off")
     return ax
 
 
-# --- 3. Embedding and block figures (chapters 3, 4) ---------------------------------------------
+# Geometry and colours of the architecture diagram: box size, the x of each column's centre.
+_BOX_WIDTH, _BOX_HEIGHT, _CENTRE = 4.6, 0.62, {0: 2.6, 1: 8.8}
+_LIT, _UNLIT, _EDGE, _FAINT, _INK, _LINE = "#f6ad55", "#edf2f7", "#2d3748", "#a0aec0", "#1a202c", "#4a5568"
+
+
+def _box_style(lit: bool) -> dict[str, Any]:
+    return dict(facecolor=_LIT if lit else _UNLIT, edgecolor=_EDGE if lit else _FAINT, linewidth=1.4 if lit else 0.8)
+
+
+def _arrow(ax: Axes, points: list[tuple[float, float]], head: bool = True) -> None:
+    """A line through ``points``, with an arrow head at the last one."""
+    xs, ys = zip(*points)
+    ax.plot(xs, ys, color=_LINE, lw=0.9, solid_capstyle="round")
+    if head:
+        ax.annotate("", xy=points[-1], xytext=points[-2], arrowprops=dict(arrowstyle="->", color=_LINE, lw=0.9))
+
+
+def _draw_layer_frames(ax: Axes) -> None:
+    """The dashed frames of the stacked layers, drawn first so that boxes sit on top."""
+    from matplotlib.patches import FancyBboxPatch
+
+    for column, (bottom, top, name) in {0: (1.9, 6.4, "encoder layer × N"), 1: (1.9, 8.4, "decoder layer × N")}.items():
+        ax.add_patch(
+            FancyBboxPatch(
+                (_CENTRE[column] - _BOX_WIDTH / 2 - 0.3, bottom), _BOX_WIDTH + 0.6, top - bottom,
+                boxstyle="round,pad=0.02,rounding_size=0.2", facecolor="none", edgecolor=_FAINT, linestyle="--",
+            )
+        )
+        ax.text(_CENTRE[column] - _BOX_WIDTH / 2 - 0.2, top - 0.08, name, ha="left", va="top", fontsize=7.5, color=_LINE)
+
+
+def _draw_boxes(ax: Axes, highlight: Sequence[str]) -> None:
+    """Each component's box, tagged with its chapter, and the arrows between boxes of a column."""
+    from matplotlib.patches import FancyBboxPatch
+
+    chapter_of = {part: label.split()[0] for part, label in ARCHITECTURE_CHAPTERS.items()}
+    rows: dict[int, list[float]] = {0: [], 1: []}
+    for column, row, text, part in _ARCHITECTURE:
+        x = _CENTRE[column]
+        ax.add_patch(
+            FancyBboxPatch((x - _BOX_WIDTH / 2, row - _BOX_HEIGHT / 2), _BOX_WIDTH, _BOX_HEIGHT,
+                           boxstyle="round,pad=0.02,rounding_size=0.12", **_box_style(part in highlight))
+        )
+        ax.text(x - 0.3, row, text, ha="center", va="center", fontsize=8.2, color=_INK)
+        ax.text(x + _BOX_WIDTH / 2 - 0.1, row, f"ch. {chapter_of[part]}", ha="right", va="center", fontsize=6.5,
+                color=_LINE)
+        rows[column].append(row)
+    for column, ys in rows.items():
+        for y0, y1 in zip(ys, ys[1:]):
+            _arrow(ax, [(_CENTRE[column], y0 + _BOX_HEIGHT / 2 + 0.02), (_CENTRE[column], y1 - _BOX_HEIGHT / 2 - 0.02)])
+
+
+def _draw_inputs_and_memory(ax: Axes) -> None:
+    """The input tokens, and the encoder's output (memory) into every decoder layer's cross-attention."""
+    ax.text(_CENTRE[0], -0.85, "source tokens", ha="center", va="center", fontsize=8.5)
+    ax.text(_CENTRE[1], -0.85, "target tokens (shifted right)", ha="center", va="center", fontsize=8.5)
+    for column in (0, 1):
+        _arrow(ax, [(_CENTRE[column], -0.65), (_CENTRE[column], -_BOX_HEIGHT / 2 - 0.02)])
+    cross_x = (_CENTRE[0] + _BOX_WIDTH / 2 + 0.3 + _CENTRE[1] - _BOX_WIDTH / 2 - 0.3) / 2
+    _arrow(ax, [(_CENTRE[0], 5.5 + _BOX_HEIGHT / 2 + 0.02), (_CENTRE[0], 6.9), (cross_x, 6.9), (cross_x, 4.5),
+                (_CENTRE[1] - _BOX_WIDTH / 2 - 0.02, 4.5)])
+    ax.text(_CENTRE[0] + 0.15, 6.98, "memory (B, S, D)", ha="left", va="bottom", fontsize=7.5, color=_LINE)
+
+
+def _draw_mask_tags(ax: Axes, lit: bool) -> None:
+    """Which masks each attention sees, as tags beside it."""
+    for column, row, text in _MASK_TAGS:
+        if column == 0:
+            x, ha = _CENTRE[0] - _BOX_WIDTH / 2 - 0.45, "right"
+        else:
+            x, ha = _CENTRE[1] + _BOX_WIDTH / 2 + 0.45, "left"
+        ax.text(x, row, f"{text}\n(ch. 2)", ha=ha, va="center", fontsize=7, color=_INK,
+                bbox=dict(boxstyle="round,pad=0.3", **_box_style(lit)))
+
+
+# --- 2. Embedding and block figures (chapters 3, 4) ---------------------------------------------
 #
 # Inputs are tensors or arrays (CPU, any float dtype; no gradient needed) plus labels. altair charts
 # carry tooltips and a legend that highlights one series on click; matplotlib functions draw into
@@ -813,7 +651,7 @@ def position_change_bars(
     return ax
 
 
-# --- 4. Training figures (chapter 5) -------------------------------------------------------------
+# --- 3. Training figures (chapter 5) -------------------------------------------------------------
 
 
 def _history_frames(history: dict[str, list[dict[str, float]]]) -> tuple[Any, Any]:
@@ -1067,7 +905,7 @@ class LiveLossPlot:
         self._last_draw = time.perf_counter()
 
 
-# --- 5. Beyond figures (chapter 7) ----------------------------------------------------------------
+# --- 4. Beyond figures (chapter 7) ----------------------------------------------------------------
 
 
 def rotation_plot(

@@ -1,4 +1,4 @@
-"""Figures of chapter 7 (viz section 5): they draw what they claim, and refuse what they cannot draw."""
+"""Figures of chapter 7: they draw what they claim, and refuse what they cannot draw."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch  # noqa: E402
 
 from transformer_lib.embeddings import ALiBiBias, RotaryEmbedding  # noqa: E402
 from transformer_lib.masking import causal_mask, sliding_window_mask  # noqa: E402
-from transformer_lib.viz import bias_heatmap, mask_patterns, rotation_plot  # noqa: E402
+from transformer_lib.book.figures import bias_heatmap, mask_patterns, rotation_plot  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

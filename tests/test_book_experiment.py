@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from transformer_lib.profile import PROFILE_ENV, current_profile, default_device, pick
+from transformer_lib.book.experiment import PROFILE_ENV, current_profile, default_device, pick
 
 
 @pytest.mark.parametrize(("value", "expected"), [("fast", "fast"), ("full", "full"), (" FULL ", "full")])

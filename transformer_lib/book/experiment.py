@@ -9,6 +9,8 @@ unchanged on a laptop, in CI and on Colab with a GPU.
 
 Example:
     >>> steps = pick(fast=200, full=5000)   # in a chapter
+
+(``default_device`` is here until the library has its own device module.)
 """
 
 from __future__ import annotations

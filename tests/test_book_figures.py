@@ -17,7 +17,7 @@ import torch  # noqa: E402
 import vl_convert  # noqa: E402
 
 from transformer_lib.masking import causal_mask, padding_mask  # noqa: E402
-from transformer_lib.viz import architecture_diagram, attention_heatmap, mask_heatmap  # noqa: E402
+from transformer_lib.book.figures import architecture_diagram, attention_heatmap, mask_heatmap  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +26,7 @@ def _close_figures():
     plt.close("all")
 
 
-# --- 2. Attention and mask figures -------------------------------------------------------------
+# --- 1. Attention and mask figures -------------------------------------------------------------
 
 QUERIES = ["<bos>", "the", "cat", "the"]  # "the" twice: rows must not merge
 KEYS = ["die", "Katze", "<pad>"]

@@ -1,0 +1,112 @@
+"""The committed results of longer runs, as chapters 3, 5 and 6 show them (``transformer_lib.book.results``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from transformer_lib.book.results import bleu_table, committed_results, describe_run, results_table
+
+BOOK_RESULTS = Path(__file__).resolve().parents[1] / "book" / "results"  # what chapters pass as "results"
+
+
+SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
+
+
+def scores(cased: float, lowercased: float) -> dict:
+    return {"cased": {"score": cased, "signature": SIGNATURE},
+            "lowercased": {"score": lowercased, "signature": SIGNATURE.replace("mixed", "lc")}}
+
+
+def run_metrics(task: str = "multi30k") -> dict:
+    """The parts of a train-CLI metrics.json (format 2) that the results functions read."""
+    return {
+        "task": task,
+        "command": "python -m transformer_lib.train --task multi30k --profile full --out runs/m30k",
+        "hardware": {"device": "cuda", "gpu": "NVIDIA H100", "torch": "2.13.0"},
+        "parameters": 9_000_000,
+        "steps": 4540,
+        "training_time_s": 600.0,
+        "final": {
+            "val": {"loss": 1.9, "ppl": 6.7, "token_accuracy": 0.6, "exact_match": 0.0, "n_sentences": 1014},
+            "test": {"loss": 1.8, "ppl": 6.0, "token_accuracy": 0.62, "exact_match": 0.0, "n_sentences": 1000},
+        },
+        "bleu": {"val": {"greedy": scores(33.0, 33.4)},
+                 "test": {"greedy": scores(35.104, 35.6), "beam 4": scores(36.2, 36.7)}},
+        "history": {"train": [], "val": []},
+    }
+
+
+def test_committed_results_reads_every_json_file(tmp_path: Path) -> None:
+    (tmp_path / "multi30k_full_metrics.json").write_text(json.dumps(run_metrics()))
+    (tmp_path / "reverse_metrics.json").write_text(json.dumps(run_metrics("reverse")))
+    (tmp_path / "notes.txt").write_text("not a result")
+    results = committed_results(tmp_path)
+    assert list(results) == ["multi30k_full_metrics", "reverse_metrics"]
+    assert results["multi30k_full_metrics"] == run_metrics()
+
+
+def test_committed_results_without_a_folder_is_empty(tmp_path: Path) -> None:
+    assert committed_results(tmp_path / "nowhere") == {}
+
+
+def test_committed_results_has_no_default_folder() -> None:
+    """The library never reaches into the book's folders: the chapter says where its results are."""
+    with pytest.raises(TypeError):
+        committed_results()  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("content, message", [("{not json", "not valid JSON"), ('{"final": {}}', "lacks ['command', 'hardware']")])
+def test_committed_results_refuses_other_files(tmp_path: Path, content: str, message: str) -> None:
+    (tmp_path / "bad.json").write_text(content)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        committed_results(tmp_path)
+
+
+def test_describe_run_results_table_and_bleu_table() -> None:
+    text = describe_run(run_metrics())
+    assert text.splitlines() == [
+        "command:  python -m transformer_lib.train --task multi30k --profile full --out runs/m30k",
+        "hardware: NVIDIA H100 | torch 2.13.0",
+        "9,000,000 parameters, 4,540 steps, 10.0 min of training",
+        f"sacreBLEU: {SIGNATURE}",
+    ]
+    table = results_table(run_metrics())
+    assert list(table.index) == ["val", "test"]
+    assert list(table.columns) == ["loss", "ppl", "token_accuracy"]
+    assert table.loc["test", "loss"] == 1.8
+    assert results_table({**run_metrics(), "final": {"val": {"loss": 1.653412, "ppl": 5.224776}}}).loc["val"].tolist() == [1.653, 5.225]
+    assert "exact_match" in results_table(run_metrics("reverse")).columns  # meaningful for toy tasks only
+    bleu = bleu_table(run_metrics())
+    assert list(bleu.index) == ["greedy", "beam 4"] and list(bleu.columns) == ["BLEU", "BLEU, lowercased"]
+    assert bleu.loc["greedy", "BLEU"] == 35.1 and bleu.loc["beam 4", "BLEU, lowercased"] == 36.7
+    assert list(bleu_table(run_metrics(), "val").index) == ["greedy"]
+
+
+def test_a_run_without_bleu() -> None:
+    metrics = {**run_metrics(), "bleu": None}
+    assert bleu_table(metrics) is None
+    assert not describe_run(metrics).splitlines()[-1].startswith("sacreBLEU")
+
+
+def test_the_committed_full_run_is_complete_and_shown_by_the_helpers() -> None:
+    """book/results/multi30k_full_metrics.json, which chapters 5 and 6 show: everything issue 7 asks a
+    results file to hold, readable by the helpers the chapters call."""
+    run = committed_results(BOOK_RESULTS)["multi30k_full_metrics"]
+    assert run["task"] == "multi30k" and run["command"].startswith("python -m transformer_lib.train --task multi30k")
+    assert run["hardware"]["device"] and run["software"]["torch"] and run["software"]["git_commit"]
+    assert run["wall_time_s"] > 0 and run["steps"] > 0 and run["parameters"] > 0
+    assert [e["epoch"] for e in run["per_epoch"]] == list(range(1, len(run["per_epoch"]) + 1))
+    assert all("val_bleu" in e and "train_loss" in e for e in run["per_epoch"])
+    assert run["selection"]["chosen"] in run["selection"]["candidates"]
+    table = bleu_table(run, "test")
+    assert list(table.index) == ["greedy", "beam 4"]
+    assert ((table > 0) & (table < 100)).all().all()
+    for scores in run["bleu"]["test"].values():
+        assert scores["cased"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+        assert scores["lowercased"]["signature"].startswith("nrefs:1|case:lc|")
+    assert list(results_table(run).index) == ["val", "test"]
+    assert "sacreBLEU: nrefs:1|case:mixed" in describe_run(run)

@@ -1,0 +1,168 @@
+"""The committed results of longer runs, as a chapter shows them (chapters 3, 5 and 6).
+
+A results file is the ``metrics.json`` that ``python -m transformer_lib.train`` writes, copied into
+``book/results/``. Chapters run in ``book/`` and pass the folder (``committed_results("results")``):
+the library never reaches into the book's folders itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["committed_results", "describe_run", "results_table", "bleu_table", "recipe", "recipe_table"]
+
+
+_RUN_KEYS = ("command", "hardware", "final")
+
+
+def committed_results(folder: str | Path) -> dict[str, dict[str, Any]]:
+    """The metrics files committed with the book, by name (the file name without ``.json``).
+
+    Each file is the ``metrics.json`` that ``python -m transformer_lib.train`` writes (the command,
+    the hardware, the settings, the final metrics per split, the loss history and, with ``--bleu``,
+    the BLEU of greedy and beam decoding), copied into ``book/results/``, e.g.
+    ``multi30k_full_metrics.json``.
+
+    Args:
+        folder: where to look: ``"results"`` in a chapter (chapters run in ``book/``), e.g.
+            ``committed_results("results/recipes")`` for the recipe comparison. Installed from git
+            (Colab) there is no such folder, and there are no committed results to show.
+
+    Returns:
+        ``{name: metrics}`` sorted by name; empty when the folder does not exist.
+
+    Raises:
+        ValueError: a file is not JSON, or lacks the entries every run has (``command``,
+            ``hardware``, ``final``).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    results: dict[str, dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            metrics = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not valid JSON ({error}); it should be a metrics.json of the train CLI") from None
+        missing = [key for key in _RUN_KEYS if not isinstance(metrics, dict) or key not in metrics]
+        if missing:
+            raise ValueError(
+                f"{path} lacks {missing}: results files are the metrics.json that "
+                "`python -m transformer_lib.train` writes"
+            )
+        results[path.stem] = metrics
+    return results
+
+
+def describe_run(metrics: Mapping[str, Any]) -> str:
+    """How a run was made: its command, its hardware, its size and duration (and, when it was
+    scored, the sacreBLEU signature of its test BLEU).
+
+    Example:
+        >>> print(describe_run({"command": "python -m transformer_lib.train --task reverse --out r",
+        ...                     "hardware": {"device": "cpu", "torch": "2.5.0"}, "parameters": 1000,
+        ...                     "steps": 650, "training_time_s": 90.0, "final": {}}))
+        command:  python -m transformer_lib.train --task reverse --out r
+        hardware: cpu | torch 2.5.0
+        1,000 parameters, 650 steps, 1.5 min of training
+    """
+    hardware = metrics["hardware"]
+    where = hardware.get("gpu", hardware.get("device", "unknown device"))
+    size = []
+    if "parameters" in metrics:
+        size.append(f"{metrics['parameters']:,} parameters")
+    if "steps" in metrics:
+        size.append(f"{metrics['steps']:,} steps")
+    if "training_time_s" in metrics:
+        size.append(f"{metrics['training_time_s'] / 60:.1f} min of training")
+    lines = [f"command:  {metrics['command']}", f"hardware: {where} | torch {hardware.get('torch', '?')}"]
+    if size:
+        lines.append(", ".join(size))
+    test_bleu = (metrics.get("bleu") or {}).get("test") or {}
+    if "greedy" in test_bleu:
+        lines.append(f"sacreBLEU: {test_bleu['greedy']['cased']['signature']}")
+    return "\n".join(lines)
+
+
+def results_table(metrics: Mapping[str, Any]) -> Any:
+    """A run's final metrics as a ``pandas.DataFrame``, one row per split.
+
+    Columns: ``loss`` (cross-entropy per target token), ``ppl``, ``token_accuracy``, and for toy
+    tasks ``exact_match`` (no translation is ever exactly its reference); rounded to 3 decimals.
+    """
+    import pandas as pd  # imported lazily: only showing results needs it
+
+    columns = ["loss", "ppl", "token_accuracy"]
+    if metrics.get("task") != "multi30k":
+        columns.append("exact_match")
+    frame = pd.DataFrame.from_dict(dict(metrics["final"]), orient="index")
+    frame.index.name = "split"
+    return frame[[c for c in columns if c in frame.columns]].round(3)
+
+
+def bleu_table(metrics: Mapping[str, Any], split: str = "test") -> Any:
+    """A run's BLEU on ``split``, one row per decoding (``greedy``, ``beam 4``, ...), or ``None``.
+
+    Columns ``BLEU`` (cased: the number to report) and ``BLEU, lowercased`` (for older papers);
+    :func:`describe_run` gives the signature. ``None`` when the run was not scored (``--bleu off``).
+    """
+    import pandas as pd  # imported lazily: only showing results needs it
+
+    scored = (metrics.get("bleu") or {}).get(split)
+    if not scored:
+        return None
+    rows = {name: {"BLEU": r["cased"]["score"], "BLEU, lowercased": r["lowercased"]["score"]} for name, r in scored.items()}
+    frame = pd.DataFrame.from_dict(rows, orient="index").round(2)
+    frame.index.name = "decoding"
+    return frame
+
+
+def recipe(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The choices a run made that the recipe comparison varies, read from its results file.
+
+    Example:
+        >>> recipe({"data": {"tokenizer": "bpe", "vocab_size": 8000}, "model_config": {"norm_first": False,
+        ...         "dropout": 0.1}, "settings": {"schedule": "noam", "lr": 0.0022, "warmup": 800}})
+        {'tokens': 'BPE 8,000', 'LayerNorm': 'Post-LN', 'schedule': 'noam', 'peak lr': 0.0022, 'warm-up': 800, 'dropout': 0.1}
+    """
+    data, config, settings = metrics["data"], metrics["model_config"], metrics["settings"]
+    tokens = f"BPE {data['vocab_size']:,}" if data.get("tokenizer") == "bpe" else "words (spaCy)"
+    return {
+        "tokens": tokens,
+        "LayerNorm": "Pre-LN" if config["norm_first"] else "Post-LN",
+        "schedule": settings["schedule"],
+        "peak lr": settings["lr"],
+        "warm-up": settings["warmup"],
+        "dropout": config["dropout"],
+    }
+
+
+def recipe_table(runs: Mapping[str, Mapping[str, Any]]) -> Any:
+    """Runs side by side, best validation BLEU (beam, lowercased) first: what each chose, and how it did.
+
+    Only validation numbers: the comparison chooses the recipe, and the test set must not take part
+    in a choice. Columns: the :func:`recipe` choices, the seed, the validation BLEU (greedy and beam,
+    lowercased) of the weights the run selected, the best greedy validation BLEU during training, and
+    the final validation loss.
+    """
+    import pandas as pd  # imported lazily: only showing results needs it
+
+    rows = {}
+    for name, metrics in runs.items():
+        val = metrics["bleu"]["val"]
+        beam = next(key for key in val if key.startswith("beam"))
+        during = [row["val_bleu_lowercased"] for row in metrics["per_epoch"] if "val_bleu_lowercased" in row]
+        rows[name] = {
+            **recipe(metrics),
+            "seed": metrics["settings"].get("seed", 0),
+            "val BLEU greedy": val["greedy"]["lowercased"]["score"],
+            f"val BLEU {beam}": val[beam]["lowercased"]["score"],
+            "best epoch BLEU": max(during) if during else float("nan"),
+            "val loss": metrics["final"]["val"]["loss"],
+        }
+    frame = pd.DataFrame.from_dict(rows, orient="index").sort_values(f"val BLEU {beam}", ascending=False)
+    frame.index.name = "run"
+    return frame.round({"val BLEU greedy": 2, f"val BLEU {beam}": 2, "best epoch BLEU": 2, "val loss": 3})
