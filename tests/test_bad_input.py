@@ -17,7 +17,8 @@ from transformer_lib import train, translate
 from transformer_lib.data import MULTI30K_SHA256, Vocab
 from transformer_lib.decoding import beam_search, greedy_decode, sample, sampling_distribution
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import CheckpointError, TrainConfig, Trainer, load_checkpoint, save_checkpoint
+from transformer_lib.training import TrainConfig, Trainer
+from transformer_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer_lib.translate import TranslationError, Translator
 
 TOY = ["--task", "reverse", "--n-train", "200", "--n-heldout", "20", "--max-len", "4", "--no-progress", "--device", "cpu"]

@@ -13,7 +13,8 @@ import torch
 
 from transformer_lib import train
 from transformer_lib.data import Vocab, prepare_multi30k
-from transformer_lib.training import Trainer, average_checkpoints, load_checkpoint
+from transformer_lib.checkpoint import average_checkpoints, load_checkpoint
+from transformer_lib.training import Trainer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"
 FIXTURE_SHA256 = {line.split()[1]: line.split()[0] for line in (FIXTURE / "SHA256SUMS").read_text().splitlines()}

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from transformer_lib import data
+from transformer_lib.checkpoint import CHECKPOINT_KEYS, checkpoint_metadata
 from transformer_lib.data import MULTI30K_SHA256, Vocab, load_multi30k, sha256_file, tokenizer
 from transformer_lib.decoding import beam_search, greedy_decode
 from transformer_lib.evaluation import corpus_bleu, detokenize
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import CHECKPOINT_KEYS
 from transformer_lib.translate import Translator, TranslationError, evaluate_bleu, main
 
 GERMAN = [
@@ -55,12 +55,8 @@ def checkpoint_dict(task: str = "multi30k", max_len: int = 24, seed: int = 0) ->
     model = Transformer(config)
     return {
         "format_version": 1,
-        "model_config": config.to_dict(),
+        **checkpoint_metadata(config, src_vocab, tgt_vocab, task, data),
         "model_state": model.state_dict(),
-        "src_vocab": src_vocab.to_dict(),
-        "tgt_vocab": tgt_vocab.to_dict(),
-        "task": task,
-        "data": data,
         "optimizer_state": {},
         "scheduler_state": {},
         "train_config": {},

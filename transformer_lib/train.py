@@ -73,21 +73,10 @@ from .data import (
 from .evaluation import bleu_scores
 from .model import PRESETS, Transformer, TransformerConfig, count_parameters
 from .profile import PROFILE_ENV, current_profile
-from .training import (
-    DistributedSetup,
-    Trainer,
-    TrainConfig,
-    average_checkpoints,
-    evaluate,
-    kept_weights,
-    TrainingDiverged,
-    atomic_write,
-    load_checkpoint,
-    save_checkpoint,
-    setup_distributed,
-    teardown_distributed,
-    wait_for_all,
-)
+from .checkpoint import atomic_write, average_checkpoints, checkpoint_metadata, kept_weights, load_checkpoint, save_checkpoint
+from .device import default_device
+from .distributed import DistributedSetup, setup_distributed, teardown_distributed, wait_for_all
+from .training import Trainer, TrainConfig, evaluate
 from .translate import CommandLineParser, Translator, run_command
 
 __all__ = ["TASKS", "DEFAULTS", "METRICS_FORMAT_VERSION", "RESUMABLE", "main", "cli", "parse_args", "resolve_settings", "build_model", "translation_bleu"]
@@ -285,7 +274,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _device(name: str) -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return default_device()
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -710,14 +699,10 @@ def _main(args: argparse.Namespace, argv: list[str] | None, processes: Distribut
     eval_batch = max(settings["batch_size"], 256)
     train_loader = make_loader(train_data, settings["batch_size"], seed=settings["seed"], pin_memory=pin, **specials, **shard)
     val_loader = make_loader(val_data, eval_batch, shuffle=False, pin_memory=pin, **specials, **shard)
-    metadata = {
-        "model_config": model_config.to_dict(),
-        "src_vocab": src_vocab.to_dict(),
-        "tgt_vocab": tgt_vocab.to_dict(),
-        "task": args.task,
-        "data": data_description,
-        "run": {k: v for k, v in settings.items() if k not in ("data", "out")},
-    }
+    metadata = checkpoint_metadata(
+        model_config, src_vocab, tgt_vocab, args.task, data_description,
+        run={k: v for k, v in settings.items() if k not in ("data", "out")},
+    )
 
     def bleu_of(split: str, beam_size: int = 1) -> dict[str, Any]:
         references = [reference for _, reference in text[split]]

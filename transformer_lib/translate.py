@@ -41,7 +41,9 @@ from .evaluation import BleuScore, bleu_scores, detokenize
 from .masking import padding_mask
 from .model import Transformer, TransformerConfig
 from .subword import SubwordTokenizer
-from .training import CheckpointError, TrainingDiverged, load_checkpoint
+from .checkpoint import CheckpointError, load_checkpoint
+from .device import default_device
+from .training import TrainingDiverged
 
 __all__ = [
     "TranslationError",
@@ -95,7 +97,7 @@ class Translator:
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu", task: str | None = None) -> Translator:
         """Rebuild the model from a checkpoint file; raises :class:`TranslationError` if it cannot.
 
-        The file is read by :func:`transformer_lib.training.load_checkpoint` (``weights_only``, so
+        The file is read by :func:`transformer_lib.checkpoint.load_checkpoint` (``weights_only``, so
         no code runs while loading, and its checksum is verified); its errors become
         :class:`TranslationError` s. ``task``: refuse a checkpoint trained on another task.
         """
@@ -400,7 +402,7 @@ def _run(args: argparse.Namespace) -> None:
         raise TranslationError('give a sentence to translate, e.g. "Ein Mann fährt Fahrrad.", or --eval val|test')
     if args.eval is not None and args.sentences:
         raise TranslationError("give either sentences to translate or --eval, not both")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device or default_device()
     translator = Translator.from_checkpoint(args.checkpoint, device=device)
 
     if args.eval is None:
