@@ -14,6 +14,7 @@ from transformer_lib.checkpoint import CHECKPOINT_KEYS, checkpoint_metadata, kep
 from transformer_lib.data import collate, make_loader, toy_task, toy_vocab
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training import (
+    RunningMean,
     TrainConfig,
     Trainer,
     evaluate,
@@ -193,6 +194,16 @@ def test_teacher_forced_exact_match_equals_greedy_exact_match() -> None:
     per_row = [(logits[i].argmax(-1) == target[i]).all().item() for i in range(8)]
     assert per_row == [(greedy[i] == target[i]).all().item() for i in range(8)] == [True, False] * 4
     assert (matches, total) == (4, 8)
+
+
+def test_running_mean_weights_by_count_and_resets() -> None:
+    meter = RunningMean()
+    assert meter.mean == 0.0 and meter.updates == 0
+    meter.update(torch.tensor(6.0, dtype=torch.float64), 3)
+    meter.update(4.0, 1)
+    assert (meter.mean, float(meter.count), meter.updates) == (2.5, 4.0, 2)
+    meter.reset()
+    assert (meter.mean, float(meter.count), meter.updates) == (0.0, 0.0, 0)
 
 
 def test_evaluate_reports_loss_perplexity_and_accuracy() -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "ConstantSchedule",
     "make_optimizer",
     "make_scheduler",
+    "RunningMean",
     "token_accuracy",
     "exact_match_counts",
     "autocast_context",
@@ -296,6 +297,49 @@ def make_scheduler(
 # --- 3. Metrics --------------------------------------------------------------------------------
 
 
+class RunningMean:
+    """A mean kept as a running sum and count: ``update(total, count)``, then :attr:`mean`, then ``reset()``.
+
+    ``update`` adds ``total``, the sum of ``count`` values (a batch's summed loss and its number of
+    target tokens, say). The sum and count are float64 tensors on ``device``: adding a tensor that
+    lives on a GPU never waits for the GPU, and float64 keeps a long run's sum exact enough to be
+    saved in a checkpoint and resumed bit for bit. :attr:`updates` counts the calls.
+
+    Example:
+        >>> meter = RunningMean()
+        >>> meter.update(6.0, 3); meter.update(4.0, 1)
+        >>> meter.mean, int(meter.count), meter.updates
+        (2.5, 4, 2)
+    """
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.total = torch.zeros((), dtype=torch.float64, device=device)
+        self.count = torch.zeros((), dtype=torch.float64, device=device)
+        self.updates = 0
+
+    def update(self, total: Tensor | float, count: Tensor | float = 1) -> None:
+        self.total += total
+        self.count += count
+        self.updates += 1
+
+    @property
+    def mean(self) -> float:
+        """``total / count`` (0 before any update; a sync with the GPU)."""
+        return float(self.total) / max(float(self.count), 1.0)
+
+    def reset(self) -> None:
+        self.total.zero_()
+        self.count.zero_()
+        self.updates = 0
+
+    def all_reduce(self) -> None:
+        """Sum the totals and counts of every process (in a process group), so each holds the overall mean."""
+        if get_world_size() > 1:
+            both = torch.stack([self.total, self.count])
+            dist.all_reduce(both)
+            self.total, self.count = both[0].clone(), both[1].clone()
+
+
 def token_accuracy(logits: Tensor, target: Tensor, ignore_index: int = 0) -> tuple[int, int]:
     """``(correct, total)`` next-token predictions (argmax) over non-padding positions."""
     keep = target != ignore_index  # (B, T)
@@ -363,33 +407,31 @@ def evaluate(
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
-    loss_sum, tokens, correct, matches, sentences = 0.0, 0, 0, 0, 0
+    loss, accuracy, exact = RunningMean(device), RunningMean(device), RunningMean(device)
     try:
         for batch in batches:
             batch = batch.to(device, non_blocking=True)
             src_mask, tgt_mask = model.make_masks(batch.src, batch.tgt_in)
             with autocast_context(device, amp):
                 logits = model(batch.src, batch.tgt_in, src_mask, tgt_mask)  # (B, T, V)
-            loss_sum += float(label_smoothed_cross_entropy(logits, batch.tgt_out, label_smoothing, pad_id, "sum"))
-            c, n = token_accuracy(logits, batch.tgt_out, pad_id)
-            m, b = exact_match_counts(logits, batch.tgt_out, pad_id)
-            correct, tokens, matches, sentences = correct + c, tokens + n, matches + m, sentences + b
+            loss_sum = label_smoothed_cross_entropy(logits, batch.tgt_out, label_smoothing, pad_id, "sum")
+            correct, tokens = token_accuracy(logits, batch.tgt_out, pad_id)
+            loss.update(loss_sum.detach().double(), tokens)
+            accuracy.update(correct, tokens)
+            exact.update(*exact_match_counts(logits, batch.tgt_out, pad_id))
     finally:
         model.train(was_training)
-    if all_reduce and get_world_size() > 1:
-        counts = torch.tensor([loss_sum, tokens, correct, matches, sentences], dtype=torch.float64, device=device)
-        dist.all_reduce(counts)
-        loss_sum = float(counts[0])
-        tokens, correct, matches, sentences = (int(c) for c in counts[1:].tolist())
-    if sentences == 0:
+    if all_reduce:
+        for meter in (loss, accuracy, exact):
+            meter.all_reduce()
+    if exact.updates == 0:
         raise ValueError("evaluate got no batches")
-    loss = loss_sum / max(tokens, 1)
     return {
-        "loss": loss,
-        "ppl": math.exp(min(loss, 50.0)),
-        "token_accuracy": correct / max(tokens, 1),
-        "exact_match": matches / sentences,
-        "n_sentences": sentences,
+        "loss": loss.mean,
+        "ppl": math.exp(min(loss.mean, 50.0)),
+        "token_accuracy": accuracy.mean,
+        "exact_match": exact.mean,
+        "n_sentences": int(exact.count),
     }
 
 
@@ -600,14 +642,10 @@ class Trainer:
         self.history: dict[str, list[dict[str, float]]] = {"train": [], "val": [], "epochs": []}
         self.stopped_because = ""
         self._saved_at: tuple[int, int, int] | None = None
-        # Running sums of the loss and target tokens (over all processes) of the current logging
-        # window and of the current epoch, as float64 tensors on the device: no GPU sync per
-        # step, and saved exactly in checkpoints.
-        self._window_loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        self._window_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
-        self._window_steps = 0
-        self._epoch_loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        self._epoch_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
+        # The training loss per target token (over all processes) of the current logging window
+        # and of the current epoch: no GPU sync per step, and saved exactly in checkpoints.
+        self._window_loss = RunningMean(self.device)
+        self._epoch_loss = RunningMean(self.device)
         self._window_start = time.perf_counter()
         self._all_finite = torch.ones((), dtype=torch.bool, device=self.device)
 
@@ -651,11 +689,8 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        self._window_loss += batch_loss
-        self._window_tokens += batch_tokens
-        self._window_steps += 1
-        self._epoch_loss += batch_loss
-        self._epoch_tokens += batch_tokens
+        self._window_loss.update(batch_loss, batch_tokens)
+        self._epoch_loss.update(batch_loss, batch_tokens)
         return batch_loss
 
     # -- the loop -------------------------------------------------------------------------------
@@ -700,7 +735,7 @@ class Trainer:
                         self._validate()
                     if config.checkpoint_every is None and config.eval_every is None:
                         self.save()
-            if self._window_steps:  # the last, partial logging window
+            if self._window_loss.updates:  # the last, partial logging window
                 self._log()
             if self._saved_at != (self.step, len(self.history["train"]), len(self.history["val"])):
                 self.save()
@@ -744,18 +779,16 @@ class Trainer:
         now = time.perf_counter()
         window_s = now - self._window_start
         self.elapsed_s += window_s
-        tokens = float(self._window_tokens)
+        tokens = float(self._window_loss.count)
         record = {
             "step": self.step,
             "epoch": self.epoch + self.batch_in_epoch / self.steps_per_epoch,
-            "loss": float(self._window_loss) / max(tokens, 1.0),
+            "loss": self._window_loss.mean,
             "lr": self.scheduler.lr_lambdas[0](self.step - 1),  # the rate of the last update
             "tokens_per_s": tokens / window_s if window_s > 0 else float("nan"),
             "elapsed_s": self.elapsed_s,
         }
-        self._window_loss.zero_()
-        self._window_tokens.zero_()
-        self._window_steps = 0
+        self._window_loss.reset()
         self.history["train"].append(record)
         if self.on_log is not None:
             self.on_log(record)
@@ -766,16 +799,14 @@ class Trainer:
         """Count the epoch as done, and record its average training loss."""
         self.epoch += 1
         self.batch_in_epoch = 0
-        tokens = float(self._epoch_tokens)
         self.history["epochs"].append({
             "epoch": self.epoch,
             "step": self.step,
-            "train_loss": float(self._epoch_loss) / max(tokens, 1.0),
-            "train_tokens": int(tokens),
+            "train_loss": self._epoch_loss.mean,
+            "train_tokens": int(self._epoch_loss.count),
             "elapsed_s": self._elapsed_now(),
         })
-        self._epoch_loss.zero_()
-        self._epoch_tokens.zero_()
+        self._epoch_loss.reset()
 
     def _validate(self) -> None:
         if self.val_loader is None:
@@ -824,11 +855,11 @@ class Trainer:
             "elapsed_s": self.elapsed_s,
             "rng_state": rng,
             "window": {
-                "loss": self._window_loss.detach().cpu().clone(),
-                "tokens": int(self._window_tokens),
-                "steps": self._window_steps,
-                "epoch_loss": self._epoch_loss.detach().cpu().clone(),
-                "epoch_tokens": int(self._epoch_tokens),
+                "loss": self._window_loss.total.cpu().clone(),
+                "tokens": int(self._window_loss.count),
+                "steps": self._window_loss.updates,
+                "epoch_loss": self._epoch_loss.total.cpu().clone(),
+                "epoch_tokens": int(self._epoch_loss.count),
             },
             "metrics": {name: [dict(r) for r in records] for name, records in self.history.items()},
         }
@@ -849,11 +880,11 @@ class Trainer:
         metrics = state["metrics"]
         self.history = {name: [dict(r) for r in metrics.get(name, [])] for name in ("train", "val", "epochs")}
         window = state["window"]
-        self._window_loss = window["loss"].to(self.device, torch.float64).clone()
-        self._window_tokens = torch.tensor(float(window["tokens"]), dtype=torch.float64, device=self.device)
-        self._window_steps = int(window["steps"])
-        self._epoch_loss = torch.as_tensor(window.get("epoch_loss", 0.0)).to(self.device, torch.float64).clone()
-        self._epoch_tokens = torch.tensor(float(window.get("epoch_tokens", 0)), dtype=torch.float64, device=self.device)
+        self._window_loss.reset()
+        self._window_loss.update(torch.as_tensor(window["loss"]).to(self.device, torch.float64), float(window["tokens"]))
+        self._window_loss.updates = int(window["steps"])
+        self._epoch_loss.reset()
+        self._epoch_loss.update(torch.as_tensor(window.get("epoch_loss", 0.0)).to(self.device, torch.float64), float(window.get("epoch_tokens", 0)))
         self._restore_rng(state["rng_state"])
         self.stopped_because = ""
 
