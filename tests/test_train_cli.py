@@ -272,9 +272,9 @@ def test_the_full_profile_is_the_recipe_with_the_best_validation_bleu() -> None:
 
     runs = committed_results(RESULTS_DIR / "recipes")
     best = runs[recipe_table(runs).index[0]]
-    full = train.DEFAULTS["multi30k"]["full"]
-    for key in ("preset", "tokenizer", "vocab_size", "schedule", "lr", "warmup", "batch_size", "epochs",
-                "label_smoothing", "clip_norm", "average_last", "min_freq"):
-        assert full[key] == best["settings"][key], key
+    full, chosen = train.DEFAULTS["multi30k"]["full"], train.upgrade_settings(best["settings"])
+    for key in ("preset", "tokenizer", "vocab_size", "schedule", "lr", "warmup_steps", "batch_size", "epochs",
+                "label_smoothing", "clip_norm", "keep_weights", "min_freq"):
+        assert full[key] == chosen[key], key
     assert best["model_config"]["norm_first"] == (full["norm"] in (None, "pre"))
     assert best["model_config"]["dropout"] == (full["dropout"] or 0.1)
