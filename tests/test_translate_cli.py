@@ -125,6 +125,26 @@ def test_translate_is_the_detokenized_translate_tokens(checkpoint: Path) -> None
     assert results["beam 2"]["tokens"] == tokens
 
 
+def test_bleu_of_prepared_ids_equals_bleu_of_the_text(checkpoint: Path) -> None:
+    """The trainer scores prepared token ids (no tokenizer); the command line scores text: same numbers."""
+    translator = Translator.from_checkpoint(checkpoint)
+    ids = [translator.src_vocab.encode(translator.tokenize(sentence)) for sentence in GERMAN]
+    from_text = evaluate_bleu(translator, list(zip(GERMAN, ENGLISH)), beam_sizes=(1, 2), batch_size=3)
+    from_ids = evaluate_bleu(translator, list(zip(ids, ENGLISH)), beam_sizes=(1, 2), batch_size=3)
+    for name in ("greedy", "beam 2"):
+        assert from_ids[name]["translations"] == from_text[name]["translations"]
+        assert from_ids[name]["bleu"] == from_text[name]["bleu"]
+
+
+def test_the_default_source_format_is_the_layout_collate_trains_on(checkpoint: Path) -> None:
+    """translate.SOURCE_FORMATS[data.SOURCE_FORMAT] adds the specials data.collate adds to a source."""
+    translator = Translator.from_checkpoint(checkpoint)
+    vocab = translator.src_vocab
+    batch = data.collate([([7, 8, 9], [5])], pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
+    assert translator.data["source_format"] == data.SOURCE_FORMAT
+    assert translator.with_specials([7, 8, 9]) == batch.src[0].tolist()
+
+
 def test_toy_task_checkpoint_reads_and_writes_symbols(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "reverse.pt"
     torch.save(checkpoint_dict(task="reverse", seed=7), path)  # a seed whose random model writes symbols
