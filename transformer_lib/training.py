@@ -92,28 +92,9 @@ def label_smoothed_cross_entropy(
         >>> torch.allclose(ours, ref)
         True
     """
-    if not isinstance(logits, Tensor) or not isinstance(target, Tensor):
-        raise TypeError(f"logits and target must be tensors, got {type(logits).__name__} and {type(target).__name__}")
-    if not logits.is_floating_point():
-        raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
-    if target.is_floating_point() or target.dtype == torch.bool:
-        raise TypeError(f"target must hold integer token ids (torch.long), got dtype {target.dtype}")
-    if logits.dim() != target.dim() + 1 or logits.shape[:-1] != target.shape:
-        raise ValueError(
-            f"logits {tuple(logits.shape)} must be target {tuple(target.shape)} plus a vocabulary dimension, "
-            "e.g. logits (B, T, V) with target (B, T)"
-        )
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    vocab_size = logits.size(-1)
+    _check_loss_inputs(logits, target, label_smoothing, reduction)
     keep = target != ignore_index  # (B, T)
-    if target.device.type == "cpu" and bool(keep.any()):  # on a GPU this check would stall every step
-        low, high = int(target[keep].min()), int(target[keep].max())
-        if low < 0 or high >= vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"target id {bad} is outside the vocabulary [0, {vocab_size - 1}] (V={vocab_size})")
+    _check_target_ids(target, keep, logits.size(-1))
     # at least float32 (bf16/fp16 logits from autocast are upcast; float64 stays float64)
     log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # (B, T, V)
     safe_target = target.masked_fill(~keep, 0)  # any valid id; these positions are zeroed below
@@ -129,6 +110,33 @@ def label_smoothed_cross_entropy(
     if reduction == "sum":
         return total
     return total / keep.sum().clamp_min(1)
+
+
+def _check_loss_inputs(logits: Tensor, target: Tensor, label_smoothing: float, reduction: str) -> None:
+    if not isinstance(logits, Tensor) or not isinstance(target, Tensor):
+        raise TypeError(f"logits and target must be tensors, got {type(logits).__name__} and {type(target).__name__}")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
+    if target.is_floating_point() or target.dtype == torch.bool:
+        raise TypeError(f"target must hold integer token ids (torch.long), got dtype {target.dtype}")
+    if logits.dim() != target.dim() + 1 or logits.shape[:-1] != target.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} must be target {tuple(target.shape)} plus a vocabulary dimension, "
+            "e.g. logits (B, T, V) with target (B, T)"
+        )
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _check_target_ids(target: Tensor, keep: Tensor, vocab_size: int) -> None:
+    """Every kept target id is in ``[0, V)``; checked on CPU only (on a GPU it would stall every step)."""
+    if target.device.type == "cpu" and bool(keep.any()):
+        low, high = int(target[keep].min()), int(target[keep].max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"target id {bad} is outside the vocabulary [0, {vocab_size - 1}] (V={vocab_size})")
 
 
 def smoothed_target_distribution(target: Tensor, vocab_size: int, label_smoothing: float) -> Tensor:
@@ -531,6 +539,21 @@ class TrainConfig:
         return cls(**{k: v for k, v in values.items() if k in known})
 
 
+def _training_module(model: nn.Module, device: torch.device, world_size: int, compile: bool) -> nn.Module:
+    """``model``, wrapped in ``DistributedDataParallel`` with several processes, and compiled if asked."""
+    module = model
+    if world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        # Our buffers (positional tables) are constants, the same on every process; by default
+        # DDP would send process 0's copy before every forward pass. (The option was renamed
+        # in PyTorch 2.13.) Creating the wrapper copies process 0's parameters to every process.
+        renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+        no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
+        module = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffer_sync)
+    return torch.compile(module) if compile else module
+
+
 class Trainer:
     """Trains a sequence-to-sequence model with teacher forcing, and checkpoints it.
 
@@ -603,25 +626,10 @@ class Trainer:
         self.on_eval = on_eval
         self.val_metrics = val_metrics
         self.rank, self.world_size = get_rank(), get_world_size()
-
         # What the training step calls: the model itself, or wrappers that call it. Checkpoints and
         # evaluation always use self.model, so its state_dict keys never gain a "module." (DDP) or
         # "_orig_mod." (torch.compile) prefix.
-        self.train_module: nn.Module = self.model
-        if self.world_size > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
-            # Our buffers (positional tables) are constants, the same on every process; by default
-            # DDP would send process 0's copy before every forward pass. (The option was renamed
-            # in PyTorch 2.13.) Creating the wrapper copies process 0's parameters to every process.
-            renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-            no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
-            self.train_module = DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None, **no_buffer_sync
-            )
-        if config.compile:
-            self.train_module = torch.compile(self.train_module)
-
+        self.train_module = _training_module(self.model, self.device, self.world_size, config.compile)
         self.steps_per_epoch = len(train_loader)  # type: ignore[arg-type]
         if self.steps_per_epoch == 0:
             raise ValueError("train_loader yields no batches")
