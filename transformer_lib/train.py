@@ -10,7 +10,7 @@ Examples::
     # several GPUs of one machine: one process each (the batch size stays the global batch)
     torchrun --standalone --nproc-per-node 4 -m transformer_lib.train --task multi30k --data DATA --out OUT
 
-The output folder gets ``checkpoint.pt`` (the latest state; see :mod:`transformer_lib.training`
+The output folder gets ``checkpoint.pt`` (the latest state; see :mod:`transformer_lib.checkpoint`
 for its contents), ``metrics.json`` (the results file: settings, the command, hardware and
 software versions, losses per epoch and per logging window, validation and test metrics, BLEU
 greedy and beam with sacrebleu's signature) and ``loss.png``, each written atomically. Run the same
