@@ -614,6 +614,7 @@ class _Data:
 
 
 def _main(args: argparse.Namespace, argv: list[str] | None, processes: DistributedSetup, device: torch.device) -> dict[str, Any]:
+    """One run: settings (fresh or resumed), data, model and trainer, training, final results, files."""
     if args.prepare_only and processes.world_size > 1:
         raise ValueError("--prepare-only runs in one process: run it with python, not torchrun")
     args.out.mkdir(parents=True, exist_ok=True)
