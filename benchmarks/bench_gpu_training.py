@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from common import sync  # noqa: E402
 from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
 from transformer_lib.prepared import PreparedTranslation  # noqa: E402
+from transformer_lib.device import default_device  # noqa: E402
 from transformer_lib.masking import causal_mask, padding_mask, to_torch_blocked  # noqa: E402
 from transformer_lib.model import Transformer, TransformerConfig, count_parameters  # noqa: E402
 from transformer_lib.reference import TorchTransformer  # noqa: E402
@@ -261,7 +262,7 @@ class TorchTransformerForTraining(TorchTransformer):
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(args.device) if args.device else default_device()
     if device.type == "cuda":
         torch.set_float32_matmul_precision("high")  # as the training command line does
     preset = args.preset or ("multi30k" if device.type == "cuda" else "tiny")

@@ -143,7 +143,7 @@ def reverse_to_100(quick: bool, device: torch.device, seed: int = 0) -> list[dic
         trainer = Trainer(
             model, loader,
             TrainConfig(epochs=s["epochs"], max_steps=s["max_steps"], schedule=s["schedule"], lr=s["lr"],
-                        warmup_steps=s["warmup"], label_smoothing=s["label_smoothing"], clip_norm=s["clip_norm"],
+                        warmup_steps=s["warmup_steps"], label_smoothing=s["label_smoothing"], clip_norm=s["clip_norm"],
                         progress=False),
             device=device,
         )

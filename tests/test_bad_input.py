@@ -18,7 +18,8 @@ from transformer_lib.multi30k import MULTI30K_SHA256
 from transformer_lib.vocab import Vocab
 from transformer_lib.decoding import beam_search, greedy_decode, sample, sampling_distribution
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import CheckpointError, TrainConfig, Trainer, load_checkpoint, save_checkpoint
+from transformer_lib.training import TrainConfig, Trainer
+from transformer_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer_lib.translate import TranslationError, Translator
 
 TOY = ["--task", "reverse", "--n-train", "200", "--n-heldout", "20", "--max-len", "4", "--no-progress", "--device", "cpu"]
@@ -213,6 +214,20 @@ def test_resume_refuses_fewer_steps_than_done(run_copy: Path, capsys) -> None:
 def test_resume_honours_more_steps(run_copy: Path) -> None:
     metrics = train.main([*TOY, "--max-steps", "6", "--eval-every", "2", "--out", str(run_copy)])
     assert metrics["resumed_from_step"] == 4 and metrics["steps"] == 6 and metrics["settings"]["max_steps"] == 6
+
+
+def test_resume_reads_checkpoints_with_the_old_setting_names(run_copy: Path, capsys) -> None:
+    """Checkpoints written before the settings took TrainConfig's names (warmup, average_last) still resume."""
+    checkpoint = load_checkpoint(run_copy / "checkpoint.pt")
+    run_settings = dict(checkpoint["run"])
+    run_settings["warmup"] = run_settings.pop("warmup_steps")
+    run_settings["average_last"] = run_settings.pop("keep_weights")
+    save_checkpoint(run_copy / "checkpoint.pt", {**checkpoint, "run": run_settings})
+    code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy), "--warmup", "3"], capsys)
+    assert_one_line_error(code, err, f"--warmup 3 (the checkpoint has {run_settings['warmup']})")
+    metrics = train.main([*TOY, "--max-steps", "6", "--out", str(run_copy)])
+    assert metrics["resumed_from_step"] == 4 and metrics["steps"] == 6
+    assert metrics["settings"]["warmup_steps"] == run_settings["warmup"] and "warmup" not in metrics["settings"]
 
 
 def test_resume_refuses_another_task(run_copy: Path, capsys) -> None:

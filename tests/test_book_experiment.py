@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from transformer_lib.book.experiment import PROFILE_ENV, current_profile, default_device, pick
+from transformer_lib.book.experiment import PROFILE_ENV, current_profile, pick
+from transformer_lib.device import default_device
 
 
 @pytest.mark.parametrize(("value", "expected"), [("fast", "fast"), ("full", "full"), (" FULL ", "full")])

@@ -24,14 +24,9 @@ from transformer_lib import train
 from transformer_lib.batching import BucketBatchSampler, make_loader
 from transformer_lib.toy_tasks import toy_task
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import (
-    DistributedSetup,
-    TrainConfig,
-    Trainer,
-    load_checkpoint,
-    setup_distributed,
-    teardown_distributed,
-)
+from transformer_lib.checkpoint import checkpoint_metadata, load_checkpoint
+from transformer_lib.distributed import DistributedSetup, setup_distributed, teardown_distributed
+from transformer_lib.training import TrainConfig, Trainer
 
 # --- the sampler: every process the same number of batches, every example exactly once ----------
 
@@ -143,7 +138,7 @@ def _trainer(folder: Path | None, world_size: int, rank: int, max_steps: int, dr
         _model(dropout), make_loader(train_data, 16, seed=5, **shard), config,
         val_loader=make_loader(heldout, 8, shuffle=False, **shard), device="cpu",
         checkpoint_path=None if folder is None else folder / "checkpoint.pt",
-        metadata={"model_config": {}, "src_vocab": {}, "tgt_vocab": {}, "task": "reverse", "data": {}},
+        metadata=checkpoint_metadata({}, {}, {}, "reverse"),
     )
 
 

@@ -17,7 +17,7 @@ from transformer_lib.prepared import prepare_multi30k
 from transformer_lib.vocab import SPECIALS, UNK, Vocab
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.subword import WORD_START, SubwordTokenizer
-from transformer_lib.training import load_checkpoint, save_checkpoint
+from transformer_lib.checkpoint import checkpoint_metadata, load_checkpoint, save_checkpoint
 from transformer_lib.translate import Translator
 
 FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"
@@ -157,9 +157,8 @@ def _checkpoint(tokenizer: str, tmp_path: Path) -> Path:
     model = Transformer(config)
     path = tmp_path / f"{tokenizer}.pt"
     save_checkpoint(path, {
-        "format_version": 1, "model_config": config.to_dict(), "model_state": model.state_dict(),
-        "src_vocab": prepared.src_vocab.to_dict(), "tgt_vocab": prepared.tgt_vocab.to_dict(), "task": "multi30k",
-        "data": prepared.settings, "optimizer_state": {}, "scheduler_state": {}, "train_config": {},
+        "format_version": 1, **checkpoint_metadata(config, prepared.src_vocab, prepared.tgt_vocab, "multi30k", prepared.settings),
+        "model_state": model.state_dict(), "optimizer_state": {}, "scheduler_state": {}, "train_config": {},
         "step": 0, "epoch": 0, "rng_state": {}, "metrics": {},
     })
     return path

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from transformer_lib import train
+from transformer_lib.checkpoint import average_checkpoints, load_checkpoint
 from transformer_lib.prepared import prepare_multi30k
+from transformer_lib.training import Trainer
 from transformer_lib.vocab import Vocab
-from transformer_lib.training import Trainer, average_checkpoints, load_checkpoint
 
 FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"
 FIXTURE_SHA256 = {line.split()[1]: line.split()[0] for line in (FIXTURE / "SHA256SUMS").read_text().splitlines()}
@@ -270,9 +271,9 @@ def test_the_full_profile_is_the_recipe_with_the_best_validation_bleu() -> None:
 
     runs = committed_results(Path(__file__).resolve().parents[1] / "book" / "results" / "recipes")
     best = runs[recipe_table(runs).index[0]]
-    full = train.DEFAULTS["multi30k"]["full"]
-    for key in ("preset", "tokenizer", "vocab_size", "schedule", "lr", "warmup", "batch_size", "epochs",
-                "label_smoothing", "clip_norm", "average_last", "min_freq"):
-        assert full[key] == best["settings"][key], key
+    full, chosen = train.DEFAULTS["multi30k"]["full"], train.upgrade_settings(best["settings"])
+    for key in ("preset", "tokenizer", "vocab_size", "schedule", "lr", "warmup_steps", "batch_size", "epochs",
+                "label_smoothing", "clip_norm", "keep_weights", "min_freq"):
+        assert full[key] == chosen[key], key
     assert best["model_config"]["norm_first"] == (full["norm"] in (None, "pre"))
     assert best["model_config"]["dropout"] == (full["dropout"] or 0.1)

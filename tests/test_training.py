@@ -1,11 +1,8 @@
-"""Tests of transformer_lib.training: loss, schedules, metrics, the loop, checkpoints and resuming."""
+"""Tests of transformer_lib.training: loss, schedules, metrics, the loop and resuming."""
 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,20 +12,18 @@ import torch.nn.functional as F
 from transformer_lib import training
 from transformer_lib.batching import collate, make_loader
 from transformer_lib.toy_tasks import toy_task, toy_vocab
+from transformer_lib.checkpoint import CHECKPOINT_KEYS, checkpoint_metadata, kept_weights, load_checkpoint
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.training import (
-    CHECKPOINT_KEYS,
-    CheckpointError,
+    RunningMean,
     TrainConfig,
     Trainer,
     evaluate,
-    exact_match,
+    exact_match_counts,
     label_smoothed_cross_entropy,
-    load_checkpoint,
     make_optimizer,
     make_scheduler,
     noam_rate,
-    save_checkpoint,
     smoothed_target_distribution,
     warmup_cosine_rate,
 )
@@ -196,10 +191,20 @@ def test_teacher_forced_exact_match_equals_greedy_exact_match() -> None:
     tgt_in = torch.cat([torch.full((8, 1), 2), target[:, :-1]], dim=1)
     with torch.no_grad():
         logits = model(src, tgt_in, *model.make_masks(src, tgt_in))
-    matches, total = exact_match(logits, target)
+    matches, total = exact_match_counts(logits, target)
     per_row = [(logits[i].argmax(-1) == target[i]).all().item() for i in range(8)]
     assert per_row == [(greedy[i] == target[i]).all().item() for i in range(8)] == [True, False] * 4
     assert (matches, total) == (4, 8)
+
+
+def test_running_mean_weights_by_count_and_resets() -> None:
+    meter = RunningMean()
+    assert meter.mean == 0.0 and meter.updates == 0
+    meter.update(torch.tensor(6.0, dtype=torch.float64), 3)
+    meter.update(4.0, 1)
+    assert (meter.mean, float(meter.count), meter.updates) == (2.5, 4.0, 2)
+    meter.reset()
+    assert (meter.mean, float(meter.count), meter.updates) == (0.0, 0.0, 0)
 
 
 def test_evaluate_reports_loss_perplexity_and_accuracy() -> None:
@@ -224,8 +229,7 @@ def _trainer(tmp_path: Path, max_steps: int, model_seed: int = 0, **config) -> T
     return Trainer(
         model, make_loader(train, 16, seed=5), TrainConfig(**settings), val_loader=make_loader(heldout, 16, shuffle=False),
         device="cpu", checkpoint_path=tmp_path / "checkpoint.pt",
-        metadata={"model_config": model.config.to_dict(), "src_vocab": vocab.to_dict(), "tgt_vocab": vocab.to_dict(),
-                  "task": "reverse", "data": {"n_symbols": 8}},
+        metadata=checkpoint_metadata(model.config, vocab, vocab, "reverse", {"n_symbols": 8}),
     )
 
 
@@ -382,83 +386,17 @@ def test_compiled_training_saves_the_plain_modules_weights(tmp_path: Path, monke
     assert resumed.step == 6
 
 
-# --- checkpoint averaging ------------------------------------------------------------------------
-
-
-def test_average_checkpoints_is_the_elementwise_mean() -> None:
-    states = [_tiny_model(seed=seed).state_dict() for seed in range(3)]
-    averaged = training.average_checkpoints(states)
-    assert list(averaged) == list(states[0])
-    for name in states[0]:
-        expected = sum(s[name].double() for s in states) / 3
-        torch.testing.assert_close(averaged[name], expected.to(states[0][name].dtype), rtol=0, atol=1e-7)
-    same = training.average_checkpoints([states[1]] * 4)
-    assert all(torch.equal(same[k], v) for k, v in states[1].items())  # the mean of copies is the copy
-
-
-def test_averaged_weights_load_into_the_model_and_tied_weights_stay_tied() -> None:
-    model = _tiny_model()
-    model.load_state_dict(training.average_checkpoints([_tiny_model(seed=1).state_dict(), _tiny_model(seed=2).state_dict()]))
-    assert model.generator.weight is model.tgt_embed.weight
-
-
-def test_average_checkpoints_reads_files(tmp_path: Path) -> None:
-    a, b = _checkpoint(1.0), _checkpoint(3.0)
-    save_checkpoint(tmp_path / "a.pt", a)
-    torch.save({"step": 7, "model_state": b["model_state"]}, tmp_path / "step_0000007.pt")
-    averaged = training.average_checkpoints([tmp_path / "a.pt", tmp_path / "step_0000007.pt"])
-    assert torch.equal(averaged["weight"], torch.full((2, 2), 2.0))
-
-
-@pytest.mark.parametrize(
-    ("states", "message"),
-    [
-        ([], "at least one"),
-        ([{"w": torch.ones(2)}, {"v": torch.ones(2)}], "different weights"),
-        ([{"w": torch.ones(2)}, {"w": torch.ones(3)}], "different shapes"),
-        ([{"n": torch.tensor(1)}, {"n": torch.tensor(2)}], "not floating point and differs"),
-    ],
-)
-def test_average_checkpoints_refuses_what_cannot_be_averaged(states: list, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        training.average_checkpoints(states)
+# --- checkpoints the trainer writes ------------------------------------------------------------
 
 
 def test_trainer_keeps_the_weights_of_its_last_checkpoints(tmp_path: Path) -> None:
     trainer = _trainer(tmp_path, max_steps=12, eval_every=None, checkpoint_every=3, keep_weights=2)
     trainer.fit()
-    kept = training.kept_weights(tmp_path / "weights")
+    kept = kept_weights(tmp_path / "weights")
     assert [p.name for p in kept] == ["step_0000009.pt", "step_0000012.pt"]
     last = torch.load(kept[-1], weights_only=True)
     assert last["step"] == 12
     assert all(torch.equal(last["model_state"][k], v) for k, v in trainer.model.state_dict().items())
-
-
-# --- checkpoint files ----------------------------------------------------------------------------
-
-
-def _checkpoint(value: float = 1.0) -> dict:
-    model = torch.nn.Linear(2, 2)
-    torch.nn.init.constant_(model.weight, value)
-    optimizer = make_optimizer(model)
-    return {
-        "format_version": 1, "model_config": {"d_model": 2}, "model_state": model.state_dict(),
-        "src_vocab": toy_vocab(3).to_dict(), "tgt_vocab": toy_vocab(3).to_dict(), "task": "copy",
-        "data": {"n_symbols": 3}, "optimizer_state": optimizer.state_dict(),
-        "scheduler_state": make_scheduler(optimizer, "constant", warmup_steps=1, peak_lr=1e-3).state_dict(),
-        "train_config": TrainConfig().to_dict(), "step": 3, "epoch": 1, "rng_state": {"torch": torch.get_rng_state()},
-        "metrics": {"train": [{"step": 1, "loss": 2.5}], "val": []},
-    }
-
-
-def test_checkpoint_round_trip_with_weights_only(tmp_path: Path) -> None:
-    path = tmp_path / "sub" / "checkpoint.pt"
-    save_checkpoint(path, _checkpoint(0.5))
-    loaded = load_checkpoint(path)
-    assert set(CHECKPOINT_KEYS) <= set(loaded) and loaded["step"] == 3
-    assert torch.equal(loaded["model_state"]["weight"], torch.full((2, 2), 0.5))
-    assert torch.load(path, weights_only=True)["task"] == "copy"
-    assert [p.name for p in path.parent.iterdir()] == ["checkpoint.pt"]  # no temporary file left
 
 
 def test_trainer_checkpoints_hold_every_entry(tmp_path: Path) -> None:
@@ -468,82 +406,6 @@ def test_trainer_checkpoints_hold_every_entry(tmp_path: Path) -> None:
     assert set(CHECKPOINT_KEYS) <= set(loaded)
     assert loaded["format_version"] == 1 and loaded["task"] == "reverse" and loaded["step"] == 3
     assert TransformerConfig.from_dict(loaded["model_config"]) == trainer.model.config
-
-
-def test_loading_a_missing_file_says_so(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"no checkpoint at .*nothing\.pt; train one with"):
-        load_checkpoint(tmp_path / "nothing.pt")
-    with pytest.raises(FileNotFoundError, match="it is a folder"):
-        load_checkpoint(tmp_path)
-
-
-@pytest.mark.parametrize(
-    ("write", "message"),
-    [
-        (lambda p: p.write_bytes(b"certainly not a zip file"), "torch.load"),
-        (lambda p: torch.save(torch.nn.Linear(2, 2).state_dict(), p), "without 'format_version'"),
-        (lambda p: torch.save([1, 2, 3], p), "holds a list"),
-        (lambda p: torch.save({**_checkpoint(), "format_version": 2}, p), "format_version 2"),
-        (lambda p: torch.save({"format_version": 1, "model_state": {}}, p), "lacks the checkpoint entries"),
-        (lambda p: torch.save({**_checkpoint(), "extra": torch.nn.Linear(2, 2)}, p), "weights_only"),
-    ],
-)
-def test_loading_other_files_fails_clearly(tmp_path: Path, write, message: str) -> None:
-    path = tmp_path / "file.pt"
-    write(path)
-    with pytest.raises(CheckpointError, match=message):
-        load_checkpoint(path)
-
-
-def test_saving_refuses_what_weights_only_cannot_load(tmp_path: Path) -> None:
-    import numpy as np
-
-    with pytest.raises(CheckpointError, match=r"checkpoint\['metrics'\]\['best'\] is a numpy.float64"):
-        save_checkpoint(tmp_path / "c.pt", {**_checkpoint(), "metrics": {"best": np.float64(1.0)}})
-    with pytest.raises(CheckpointError, match=r"lacks the checkpoint entries \['src_vocab'"):
-        save_checkpoint(tmp_path / "c.pt", {k: v for k, v in _checkpoint().items() if k != "src_vocab"})
-    assert not any(tmp_path.iterdir())
-
-
-def test_a_crash_while_saving_leaves_the_previous_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "checkpoint.pt"
-    save_checkpoint(path, _checkpoint(1.0))
-    before = path.read_bytes()
-
-    def crashing_save(obj, f, *args, **kwargs):
-        f.write(b"PK\x03\x04 half a checkpoint")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(training.torch, "save", crashing_save)
-    with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(path, _checkpoint(2.0))
-    assert path.read_bytes() == before
-    assert torch.equal(load_checkpoint(path)["model_state"]["weight"], torch.ones(2, 2))
-    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
-
-
-def test_a_killed_process_mid_save_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
-    """A real crash: the process dies (no exception handler runs) halfway through writing."""
-    path = tmp_path / "checkpoint.pt"
-    save_checkpoint(path, _checkpoint(1.0))
-    before = path.read_bytes()
-    script = textwrap.dedent(f"""
-        import os, torch
-        from transformer_lib import training
-        def dying_save(obj, f, *args, **kwargs):
-            f.write(b"PK\\x03\\x04 half a checkpoint")
-            f.flush()
-            os._exit(1)
-        training.torch.save = dying_save
-        checkpoint = training.load_checkpoint({str(path)!r})
-        checkpoint["step"] = 99
-        training.save_checkpoint({str(path)!r}, checkpoint)
-    """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1, result.stderr
-    assert path.read_bytes() == before and load_checkpoint(path)["step"] == 3
-    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "checkpoint.pt"]
-    assert len(leftovers) == 1 and leftovers[0].startswith(".checkpoint.pt.")  # the dead temporary file, ignored
 
 
 def test_collate_matches_what_the_loop_feeds_the_model() -> None:

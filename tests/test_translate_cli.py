@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lib import multi30k
+from transformer_lib import batching, multi30k
 from transformer_lib.multi30k import MULTI30K_SHA256, load_multi30k, sha256_file
 from transformer_lib.vocab import Vocab, tokenizer
+from transformer_lib.checkpoint import CHECKPOINT_KEYS, checkpoint_metadata
 from transformer_lib.decoding import beam_search, greedy_decode
 from transformer_lib.evaluation import corpus_bleu, detokenize
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import CHECKPOINT_KEYS
 from transformer_lib.translate import Translator, TranslationError, evaluate_bleu, main
 
 GERMAN = [
@@ -56,12 +56,8 @@ def checkpoint_dict(task: str = "multi30k", max_len: int = 24, seed: int = 0) ->
     model = Transformer(config)
     return {
         "format_version": 1,
-        "model_config": config.to_dict(),
+        **checkpoint_metadata(config, src_vocab, tgt_vocab, task, data),
         "model_state": model.state_dict(),
-        "src_vocab": src_vocab.to_dict(),
-        "tgt_vocab": tgt_vocab.to_dict(),
-        "task": task,
-        "data": data,
         "optimizer_state": {},
         "scheduler_state": {},
         "train_config": {},
@@ -128,6 +124,26 @@ def test_translate_is_the_detokenized_translate_tokens(checkpoint: Path) -> None
     assert not {"<eos>", "<bos>", "<pad>"} & {token for sentence in tokens for token in sentence}
     results = evaluate_bleu(translator, list(zip(GERMAN, ENGLISH)), beam_sizes=(2,), batch_size=3)
     assert results["beam 2"]["tokens"] == tokens
+
+
+def test_bleu_of_prepared_ids_equals_bleu_of_the_text(checkpoint: Path) -> None:
+    """The trainer scores prepared token ids (no tokenizer); the command line scores text: same numbers."""
+    translator = Translator.from_checkpoint(checkpoint)
+    ids = [translator.src_vocab.encode(translator.tokenize(sentence)) for sentence in GERMAN]
+    from_text = evaluate_bleu(translator, list(zip(GERMAN, ENGLISH)), beam_sizes=(1, 2), batch_size=3)
+    from_ids = evaluate_bleu(translator, list(zip(ids, ENGLISH)), beam_sizes=(1, 2), batch_size=3)
+    for name in ("greedy", "beam 2"):
+        assert from_ids[name]["translations"] == from_text[name]["translations"]
+        assert from_ids[name]["bleu"] == from_text[name]["bleu"]
+
+
+def test_the_default_source_format_is_the_layout_collate_trains_on(checkpoint: Path) -> None:
+    """translate.SOURCE_FORMATS[batching.SOURCE_FORMAT] adds the specials batching.collate adds to a source."""
+    translator = Translator.from_checkpoint(checkpoint)
+    vocab = translator.src_vocab
+    batch = batching.collate([([7, 8, 9], [5])], pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
+    assert translator.data["source_format"] == batching.SOURCE_FORMAT
+    assert translator.with_specials([7, 8, 9]) == batch.src[0].tolist()
 
 
 def test_toy_task_checkpoint_reads_and_writes_symbols(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

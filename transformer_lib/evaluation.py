@@ -85,7 +85,7 @@ def detokenize(tokens: Sequence[str], lang: str = "en") -> str:
     more than 99% of them (checked in ``tests/test_evaluation.py``).
 
     Args:
-        tokens: the tokens of one sentence, e.g. from :meth:`transformer_lib.data.Vocab.decode`.
+        tokens: the tokens of one sentence, e.g. from :meth:`transformer_lib.vocab.Vocab.decode`.
         lang: language code for Moses' language-specific rules (``"en"``, ``"de"``, ...).
 
     Returns:

@@ -10,7 +10,7 @@ Examples::
     # several GPUs of one machine: one process each (the batch size stays the global batch)
     torchrun --standalone --nproc-per-node 4 -m transformer_lib.train --task multi30k --data DATA --out OUT
 
-The output folder gets ``checkpoint.pt`` (the latest state; see :mod:`transformer_lib.training`
+The output folder gets ``checkpoint.pt`` (the latest state; see :mod:`transformer_lib.checkpoint`
 for its contents), ``metrics.json`` (the results file: settings, the command, hardware and
 software versions, losses per epoch and per logging window, validation and test metrics, BLEU
 greedy and beam with sacrebleu's signature) and ``loss.png``, each written atomically. Run the same
@@ -39,6 +39,7 @@ else ``full`` with a CUDA GPU and ``fast`` without); every one can be overridden
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import itertools
 import json
@@ -49,37 +50,28 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from .batching import SOURCE_FORMAT, TranslationData, make_loader, pad_sequences
+from .batching import SOURCE_FORMAT, TranslationData, make_loader
+from .checkpoint import atomic_write, average_checkpoints, checkpoint_metadata, kept_weights, load_checkpoint, save_checkpoint
+from .device import default_device
+from .distributed import DistributedSetup, setup_distributed, teardown_distributed, wait_for_all
+from .model import PRESETS, Transformer, TransformerConfig, count_parameters
 from .prepared import TOKENIZERS, PreparedTranslation, prepare_multi30k
 from .toy_tasks import TOY_TASKS, toy_task, toy_vocab
+from .training import Trainer, TrainConfig, evaluate
+from .translate import CommandLineParser, Translator, evaluate_bleu, run_command
 from .vocab import SPECIALS, Vocab
-from .evaluation import bleu_scores
-from .model import PRESETS, Transformer, TransformerConfig, count_parameters
-from .training import (
-    DistributedSetup,
-    Trainer,
-    TrainConfig,
-    average_checkpoints,
-    evaluate,
-    kept_weights,
-    TrainingDiverged,
-    atomic_write,
-    load_checkpoint,
-    save_checkpoint,
-    setup_distributed,
-    teardown_distributed,
-    wait_for_all,
-)
-from .translate import CommandLineParser, Translator, run_command
 
-__all__ = ["TASKS", "DEFAULTS", "METRICS_FORMAT_VERSION", "RESUMABLE", "main", "cli", "parse_args", "resolve_settings", "build_model", "translation_bleu"]
+__all__ = [
+    "TASKS", "DEFAULTS", "METRICS_FORMAT_VERSION", "RESUMABLE", "main", "cli", "parse_args", "resolve_settings",
+    "upgrade_settings", "build_model",
+]
 
 # Version of the metrics.json layout (the results file); 2 added BLEU, per-epoch losses, software
 # versions, model selection and the distributed setup to version 1's settings and loss history.
@@ -104,10 +96,12 @@ _EARLIER_RESULTS = ("checkpoint.pt", "model.pt", "weights", "metrics.json", "los
 # sequences costs about as much as ten updates, hence every 50.
 _TOY = dict(
     preset="tiny", dropout=0.0, n_train=20000, n_heldout=1000, n_symbols=10, min_len=1, max_len=8,
-    batch_size=64, schedule="cosine", lr=3e-3, warmup=100, label_smoothing=0.1, clip_norm=1.0,
+    batch_size=64, schedule="cosine", lr=3e-3, warmup_steps=100, label_smoothing=0.1, clip_norm=1.0,
     epochs=None, max_steps=800, eval_every=50, target_exact_match=1.0, log_every=25,
-    bleu="off", beam_size=4, bleu_threshold=None, average_last=0,
+    bleu="off", beam_size=4, bleu_threshold=None, keep_weights=0,
 )
+# The settings keys are TrainConfig's field names where there is one (TrainConfig.from_dict reads
+# them); an option named otherwise says so with dest (--warmup: warmup_steps).
 DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "toy": {"fast": dict(_TOY), "full": dict(_TOY)},
     "multi30k": {
@@ -115,9 +109,9 @@ DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         "fast": dict(
             preset="tiny", dropout=None, norm=None, tokenizer="spacy", vocab_size=8000,
             train_size=3000, min_freq=2, batch_size=32, schedule="cosine",
-            lr=3e-3, warmup=20, label_smoothing=0.1, clip_norm=1.0, epochs=1, max_steps=None,
+            lr=3e-3, warmup_steps=20, label_smoothing=0.1, clip_norm=1.0, epochs=1, max_steps=None,
             eval_every=25, target_exact_match=None, log_every=5,
-            bleu="off", beam_size=4, bleu_threshold=None, average_last=0,
+            bleu="off", beam_size=4, bleu_threshold=None, keep_weights=0,
         ),
         # All 29,000 pairs, the multi30k preset (d_model 256, 3+3 layers, Pre-LN) on one joint BPE
         # vocabulary of 8,000 tokens, the paper's Noam schedule peaking at 3e-3: the recipe with the
@@ -127,9 +121,9 @@ DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         "full": dict(
             preset="multi30k", dropout=None, norm=None, tokenizer="bpe", vocab_size=8000,
             train_size=None, min_freq=2, batch_size=128, schedule="noam",
-            lr=3e-3, warmup=800, label_smoothing=0.1, clip_norm=1.0, epochs=16, max_steps=None,
+            lr=3e-3, warmup_steps=800, label_smoothing=0.1, clip_norm=1.0, epochs=16, max_steps=None,
             eval_every=None, target_exact_match=None, log_every=50,
-            bleu="epoch", beam_size=4, bleu_threshold=36.5, average_last=5,
+            bleu="epoch", beam_size=4, bleu_threshold=36.5, keep_weights=5,
         ),
     },
 }
@@ -155,13 +149,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=None, help="(default: 0)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (TQDM_DISABLE=1 does too)")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or set TRANSFORMER_LIB_DEBUG=1)")
-    train = parser.add_argument_group("training (defaults depend on task and profile)")
+    _add_training_options(parser.add_argument_group("training (defaults depend on task and profile)"))
+    _add_data_options(parser.add_argument_group("toy tasks (copy, reverse)"), parser.add_argument_group("multi30k"))
+    return parser.parse_args(argv)
+
+
+def _add_training_options(train: Any) -> None:
     train.add_argument("--epochs", type=int, default=None)
     train.add_argument("--max-steps", type=int, default=None)
     train.add_argument("--batch-size", type=int, default=None, help="sentences per batch")
     train.add_argument("--schedule", choices=("noam", "cosine", "constant"), default=None)
     train.add_argument("--lr", type=float, default=None, help="peak learning rate")
-    train.add_argument("--warmup", type=int, default=None, help="warm-up steps (the rate peaks here)")
+    train.add_argument("--warmup", dest="warmup_steps", type=int, default=None, help="warm-up steps (the rate peaks here)")
     train.add_argument("--label-smoothing", type=float, default=None)
     train.add_argument("--clip-norm", type=float, default=None, help="gradient clipping (0: off)")
     train.add_argument("--weight-decay", type=float, default=None, help="(default: 0)")
@@ -172,15 +171,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
     train.add_argument("--target-exact-match", type=float, default=None, help="stop at this validation exact match (0: never)")
     train.add_argument("--log-every", type=int, default=None)
-    train.add_argument("--average-last", type=int, default=None, metavar="N",
+    train.add_argument("--average-last", dest="keep_weights", type=int, default=None, metavar="N",
                        help="keep the last N checkpoints' weights and try their average at the end (0: off)")
-    toy = parser.add_argument_group("toy tasks (copy, reverse)")
+
+
+def _add_data_options(toy: Any, m30k: Any) -> None:
     toy.add_argument("--n-train", type=int, default=None)
     toy.add_argument("--n-heldout", type=int, default=None, help="held-out sequences, never seen in training")
     toy.add_argument("--n-symbols", type=int, default=None)
     toy.add_argument("--min-len", type=int, default=None)
     toy.add_argument("--max-len", type=int, default=None)
-    m30k = parser.add_argument_group("multi30k")
     m30k.add_argument("--data-dir", type=Path, default=None, help="folder with the .gz files (default: $MULTI30K_DIR, else download to the cache)")
     m30k.add_argument("--data", type=Path, default=None, help="prepared data from --prepare-only (skips tokenizing)")
     m30k.add_argument("--prepare-only", action="store_true",
@@ -196,7 +196,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m30k.add_argument("--beam-size", type=int, default=None, help="beam width for the final BLEU (beside greedy)")
     m30k.add_argument("--bleu-threshold", type=float, default=None,
                       help="with --bleu epoch: record when validation BLEU (greedy, lowercased) first reaches this")
-    return parser.parse_args(argv)
 
 
 def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -224,19 +223,34 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
+# Settings renamed to TrainConfig's field names; checkpoints and results files written before use the old names.
+_RENAMED_SETTINGS = {"warmup": "warmup_steps", "average_last": "keep_weights"}
+
+
+def upgrade_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A run's settings (a checkpoint's ``run``, a results file's ``settings``) under this version's names."""
+    return {_RENAMED_SETTINGS.get(key, key): value for key, value in settings.items()}
+
+
+def _flag(key: str) -> str:
+    """The command-line option that sets ``key``: ``--warmup`` for ``warmup_steps``, ``--max-steps`` for ``max_steps``."""
+    old = {new: old for old, new in _RENAMED_SETTINGS.items()}.get(key, key)
+    return "--" + old.replace("_", "-")
+
+
 def _check_settings(settings: dict[str, Any]) -> None:
-    for key in ("batch_size", "warmup", "log_every", "n_train", "n_heldout", "n_symbols", "min_len", "max_len", "min_freq", "beam_size", "vocab_size"):
+    for key in ("batch_size", "warmup_steps", "log_every", "n_train", "n_heldout", "n_symbols", "min_len", "max_len", "min_freq", "beam_size", "vocab_size"):
         value = settings.get(key)
         if value is not None and value < 1:
-            raise ValueError(f"--{key.replace('_', '-')} must be at least 1, got {value}")
+            raise ValueError(f"{_flag(key)} must be at least 1, got {value}")
     for key in ("epochs", "max_steps", "eval_every", "train_size"):
         value = settings.get(key)
         if value is not None and value < 1:
-            raise ValueError(f"--{key.replace('_', '-')} must be at least 1 (or left out), got {value}")
+            raise ValueError(f"{_flag(key)} must be at least 1 (or left out), got {value}")
     if settings.get("tokenizer") == "bpe" and settings.get("vocab_size") is not None and settings["vocab_size"] <= len(SPECIALS):
         raise ValueError(f"--vocab-size must be more than the {len(SPECIALS)} special tokens for --tokenizer bpe, got {settings['vocab_size']}")
-    if settings.get("average_last", 0) < 0:
-        raise ValueError(f"--average-last must be 0 (off) or more, got {settings['average_last']}")
+    if settings.get("keep_weights", 0) < 0:
+        raise ValueError(f"--average-last must be 0 (off) or more, got {settings['keep_weights']}")
     _check_numbers(settings)
     if settings["task"] in TOY_TASKS and settings.get("bleu", "off") != "off":
         raise ValueError(f"--bleu {settings['bleu']}: BLEU scores translations; the {settings['task']!r} task has exact match instead")
@@ -258,7 +272,7 @@ def _check_numbers(settings: dict[str, Any]) -> None:
     for key, (inside, rule) in _NUMBER_RANGES.items():
         value = settings.get(key)
         if value is not None and not (math.isfinite(value) and inside(value)):
-            raise ValueError(f"--{key.replace('_', '-')} must be a finite number {rule}, got {value}")
+            raise ValueError(f"{_flag(key)} must be a finite number {rule}, got {value}")
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -267,7 +281,7 @@ def _check_options(args: argparse.Namespace) -> None:
     multi30k_only = ("data_dir", "data", "prepare_only", "train_size", "min_freq", "lowercase", "tokenizer", "vocab_size")
     wrong = [key for key in (multi30k_only if args.task in TOY_TASKS else toy_only) if getattr(args, key) not in (None, False)]
     if wrong:
-        names = ", ".join(f"--{key.replace('_', '-')}" for key in wrong)
+        names = ", ".join(_flag(key) for key in wrong)
         what = "the toy tasks make their data themselves" if args.task in TOY_TASKS else "those options are for the toy tasks"
         raise ValueError(f"{names} do(es) not apply to --task {args.task}: {what}; leave it out")
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
@@ -278,7 +292,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _device(name: str) -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return default_device()
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -428,59 +442,6 @@ def _check_lengths(data: TranslationData, max_len: int, split: str, say: Any = p
     return data.subset(fits)
 
 
-@torch.no_grad()
-def translation_bleu(
-    model: Transformer,
-    data: TranslationData,
-    references: list[str],
-    src_vocab: Vocab,
-    tgt_vocab: Vocab,
-    data_settings: dict[str, Any],
-    *,
-    beam_size: int = 1,
-    batch_size: int = 128,
-    device: torch.device | str = "cpu",
-) -> dict[str, Any]:
-    """Decode the source side of ``data`` (token ids) and score it against the raw ``references``.
-
-    The ids come from prepared data, so no tokenizer (spaCy) runs; the output is detokenized with
-    Moses' rules (``sacremoses``) and scored by sacrebleu, cased and lowercased, as
-    ``python -m transformer_lib.translate --eval`` does (same decoding, same length limits). With
-    several processes each decodes every ``world_size``-th sentence and all of them get every
-    translation back, so each returns the same scores.
-
-    Returns:
-        ``{"cased": {...}, "lowercased": {...}, "seconds": float, "translations": [str, ...]}``,
-        each score a :class:`~transformer_lib.evaluation.BleuScore` as a dict (score, signature,
-        n-gram precisions, brevity penalty, lengths).
-    """
-    start = time.perf_counter()
-    device = torch.device(device)
-    translator = Translator(model, src_vocab, tgt_vocab, "multi30k", dict(data_settings))
-    rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
-    order = sorted(range(len(data)), key=lambda i: data.src_lengths[i])  # similar lengths per batch
-    mine = order[rank::world_size]
-    translations: dict[int, str] = {}
-    for first in range(0, len(mine), batch_size):
-        chunk = mine[first : first + batch_size]
-        src = pad_sequences([[*data.src[i], src_vocab.eos_id] for i in chunk], src_vocab.pad_id).to(device)  # (B, S)
-        src_mask = model.make_masks(src)[0]  # (B, 1, 1, S)
-        for i, row in zip(chunk, translator.translate_ids(src, src_mask, beam_size).tolist()):
-            translations[i] = translator.detokenize(translator.output_tokens(row))
-    if world_size > 1:
-        gathered: list[Any] = [None] * world_size
-        dist.all_gather_object(gathered, translations)
-        translations = {i: text for part in gathered for i, text in part.items()}
-    hypotheses = [translations[i] for i in range(len(data))]
-    scores = bleu_scores(hypotheses, references)
-    return {
-        "cased": asdict(scores["cased"]),
-        "lowercased": asdict(scores["lowercased"]),
-        "seconds": time.perf_counter() - start,
-        "translations": hypotheses,
-    }
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the command line; returns what it writes to ``metrics.json``.
 
@@ -552,14 +513,14 @@ def _refuse_changed_settings(args: argparse.Namespace, resumed: dict[str, Any], 
         saved["dropout"] = resumed["model_config"].get("dropout")  # the preset's
     given = [key for key, value in vars(args).items() if value not in (None, False)]
     conflicts = [
-        f"--{key.replace('_', '-')} {fresh[key]} (the checkpoint has {saved[key]})"
+        f"{_flag(key)} {fresh[key]} (the checkpoint has {saved[key]})"
         for key in given
         if key not in (*RESUMABLE, *_NOT_COMPARED) and key in fresh and key in saved and fresh[key] != saved[key]
     ]
     if conflicts:
         raise ValueError(
             f"{checkpoint_path} was trained with other settings: {'; '.join(conflicts)}. Leave these options out "
-            f"to resume it, use another --out, or --restart to start over (only {', '.join('--' + k.replace('_', '-') for k in RESUMABLE)} "
+            f"to resume it, use another --out, or --restart to start over (only {', '.join(_flag(k) for k in RESUMABLE)} "
             "may change on resume)"
         )
 
@@ -605,218 +566,307 @@ def _load_prepared(path: Path) -> PreparedTranslation:
         ) from None
 
 
-def _main(args: argparse.Namespace, argv: list[str] | None, processes: DistributedSetup, device: torch.device) -> dict[str, Any]:
-    def say(message: str) -> None:
-        if processes.is_main:
+@dataclass
+class _Run:
+    """What the steps of one command-line run share: its options and settings, its processes, its files."""
+
+    args: argparse.Namespace
+    processes: DistributedSetup
+    device: torch.device
+    command: str
+    software: dict[str, Any]
+    settings: dict[str, Any] = field(default_factory=dict)
+    resumed: dict[str, Any] | None = None
+
+    @property
+    def out(self) -> Path:
+        return self.args.out
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.args.out / "checkpoint.pt"
+
+    @property
+    def eval_batch_size(self) -> int:
+        return max(self.settings["batch_size"], 256)
+
+    def say(self, message: str) -> None:
+        """Print (process 0 only: the others train silently)."""
+        if self.processes.is_main:
             print(message, flush=True)
 
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    software = _software()  # now, not when writing metrics.json: the code may change while it trains
-    checkpoint_path = out / "checkpoint.pt"
-    launcher = f"torchrun --nproc-per-node {processes.world_size} -m" if processes.world_size > 1 else "python -m"
-    command = f"{launcher} transformer_lib.train " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+
+@dataclass
+class _Data:
+    """The run's data: vocabularies, splits as token ids, how text became ids, and the raw text pairs."""
+
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    splits: dict[str, TranslationData]
+    description: dict[str, Any]
+    text: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+
+def _main(args: argparse.Namespace, argv: list[str] | None, processes: DistributedSetup, device: torch.device) -> dict[str, Any]:
+    """One run: settings (fresh or resumed), data, model and trainer, training, final results, files."""
     if args.prepare_only and processes.world_size > 1:
         raise ValueError("--prepare-only runs in one process: run it with python, not torchrun")
+    args.out.mkdir(parents=True, exist_ok=True)
+    # The software versions now, not when writing metrics.json: the code may change while it trains.
+    run = _Run(args, processes, device, _command_line(argv, processes), _software())
+    run.resumed, run.settings = _resume_or_start(run)
+    data_cached = _prepare_folder(run)
+    data = _load_data(run, data_cached)
+    if args.prepare_only:
+        return _prepared_only(run, data)
+    trainer = _make_trainer(run, _build_run_model(run, data), data)
+    start = time.perf_counter()
+    trainer.fit()
+    wall_s = time.perf_counter() - start
+    metrics = _metrics(run, trainer, data, _final_results(run, trainer, data), wall_s)
+    _write_results(run, trainer, metrics, wall_s)
+    return metrics
 
-    resumed = None
-    if checkpoint_path.is_file() and not args.restart and not args.prepare_only:
-        resumed = load_checkpoint(checkpoint_path)
-        if resumed["task"] != args.task:
-            raise ValueError(
-                f"{checkpoint_path} is a {resumed['task']!r} run but --task is {args.task!r}; use another --out, or --restart"
-            )
-        _refuse_changed_settings(args, resumed, checkpoint_path)
-        settings = dict(resumed["run"])
-        # Only how long to train, where, and how to evaluate or show it may change when resuming.
-        for key in ("epochs", "max_steps", "target_exact_match", "bleu", "beam_size", "bleu_threshold"):
-            if getattr(args, key) is not None:
-                settings[key] = None if (key == "target_exact_match" and getattr(args, key) == 0) else getattr(args, key)
-        if args.compile:
-            settings["compile"] = True
-        _check_settings(settings)
-        say(f"resuming from {checkpoint_path} at step {resumed['step']} (settings from the checkpoint)")
-    else:
-        settings = resolve_settings(args)
+
+def _command_line(argv: list[str] | None, processes: DistributedSetup) -> str:
+    """The command that started this run, as the results file records it."""
+    launcher = f"torchrun --nproc-per-node {processes.world_size} -m" if processes.world_size > 1 else "python -m"
+    return f"{launcher} transformer_lib.train " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+
+
+def _resume_or_start(run: _Run) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The checkpoint to resume (``None``: a fresh run) and the run's settings."""
+    args = run.args
+    if not run.checkpoint_path.is_file() or args.restart or args.prepare_only:
+        return None, resolve_settings(args)
+    resumed = load_checkpoint(run.checkpoint_path)
+    resumed["run"] = upgrade_settings(resumed["run"])
+    if resumed["task"] != args.task:
+        raise ValueError(
+            f"{run.checkpoint_path} is a {resumed['task']!r} run but --task is {args.task!r}; use another --out, or --restart"
+        )
+    _refuse_changed_settings(args, resumed, run.checkpoint_path)
+    settings = dict(resumed["run"])
+    # Only how long to train, where, and how to evaluate or show it may change when resuming.
+    for key in RESUMABLE:
+        if getattr(args, key) is not None:
+            settings[key] = None if (key == "target_exact_match" and getattr(args, key) == 0) else getattr(args, key)
+    if args.compile:
+        settings["compile"] = True
+    _check_settings(settings)
+    run.say(f"resuming from {run.checkpoint_path} at step {resumed['step']} (settings from the checkpoint)")
+    return resumed, settings
+
+
+def _prepare_folder(run: _Run) -> bool:
+    """Move an earlier run's results aside (a fresh run), seed, and say whether ``OUT/data.pt`` was there."""
+    args, out = run.args, run.out
     data_cached = (out / "data.pt").is_file()
-    if resumed is None and processes.is_main:
+    if run.resumed is None and run.processes.is_main:
         # A fresh run (or --restart): weights kept by an earlier run in this folder must not join its
         # average, and nothing an earlier run wrote is lost: it is moved aside.
         rewrites_data = args.task == "multi30k" and args.data is None and (args.restart or args.prepare_only)
         earlier = [] if args.prepare_only else list(_EARLIER_RESULTS)
-        _move_aside(out, earlier + (["data.pt"] if rewrites_data else []), say)
+        _move_aside(out, earlier + (["data.pt"] if rewrites_data else []), run.say)
     # Every process has looked for a checkpoint and data before any process writes one.
-    wait_for_all(device)
-    torch.manual_seed(settings["seed"])
-    if device.type == "cuda":
+    wait_for_all(run.device)
+    torch.manual_seed(run.settings["seed"])
+    if run.device.type == "cuda":
         # TF32 tensor cores for what runs in float32 (the parts autocast leaves there).
         torch.set_float32_matmul_precision("high")
+    return data_cached
 
+
+def _load_data(run: _Run, data_cached: bool) -> _Data:
+    """The toy task's data, or Multi30k's (prepared: ``--data``, ``OUT/data.pt``, or tokenized now)."""
+    args, settings = run.args, run.settings
     if args.task in TOY_TASKS:
-        vocab, train_data, val_data, data_description = _toy_data(settings)
-        src_vocab = tgt_vocab = vocab
-        test_data = None
-        text: dict[str, list[tuple[str, str]]] = {}
-    else:
-        if resumed is not None and args.data is None and not (out / "data.pt").is_file():
-            raise FileNotFoundError(f"resuming a multi30k run needs its prepared data: {out / 'data.pt'} or --data")
-        prepared = _multi30k_data(settings, args, out, processes, device, data_cached)
-        if args.prepare_only:
-            sizes = {name: len(d) for name, d in prepared.splits.items()}
-            print(f"wrote {out / 'data.pt'}: {sizes} pairs, vocabularies {len(prepared.src_vocab)} / {len(prepared.tgt_vocab)}")
-            return {"prepared": str(out / "data.pt"), "sizes": sizes}
-        if resumed is None:
-            _check_prepared(prepared, settings, args, args.data or out / "data.pt")
-        src_vocab, tgt_vocab = prepared.src_vocab, prepared.tgt_vocab
-        train_data, val_data, test_data = prepared.splits["train"], prepared.splits["val"], prepared.splits.get("test")
-        data_description = dict(prepared.settings)
-        text = prepared.text
+        vocab, train_data, val_data, description = _toy_data(settings)
+        return _Data(vocab, vocab, {"train": train_data, "val": val_data}, description)
+    if run.resumed is not None and args.data is None and not (run.out / "data.pt").is_file():
+        raise FileNotFoundError(f"resuming a multi30k run needs its prepared data: {run.out / 'data.pt'} or --data")
+    prepared = _multi30k_data(settings, args, run.out, run.processes, run.device, data_cached)
+    if run.resumed is None and not args.prepare_only:
+        _check_prepared(prepared, settings, args, args.data or run.out / "data.pt")
+    splits = {name: split for name, split in prepared.splits.items() if split is not None}
+    return _Data(prepared.src_vocab, prepared.tgt_vocab, splits, dict(prepared.settings), prepared.text)
 
-    if resumed is not None:
-        model_config = TransformerConfig.from_dict(resumed["model_config"])
-        if Vocab.from_dict(resumed["src_vocab"]) != src_vocab or Vocab.from_dict(resumed["tgt_vocab"]) != tgt_vocab:
-            raise ValueError(f"the data's vocabularies differ from those in {checkpoint_path}; resume with the same data, or --restart")
+
+def _prepared_only(run: _Run, data: _Data) -> dict[str, Any]:
+    sizes = {name: len(split) for name, split in data.splits.items()}
+    print(f"wrote {run.out / 'data.pt'}: {sizes} pairs, vocabularies {len(data.src_vocab)} / {len(data.tgt_vocab)}")
+    return {"prepared": str(run.out / "data.pt"), "sizes": sizes}
+
+
+def _build_run_model(run: _Run, data: _Data) -> Transformer:
+    """The model: the checkpoint's configuration when resuming, else the preset with the options' changes."""
+    settings = run.settings
+    if run.resumed is not None:
+        model_config = TransformerConfig.from_dict(run.resumed["model_config"])
+        if Vocab.from_dict(run.resumed["src_vocab"]) != data.src_vocab or Vocab.from_dict(run.resumed["tgt_vocab"]) != data.tgt_vocab:
+            raise ValueError(f"the data's vocabularies differ from those in {run.checkpoint_path}; resume with the same data, or --restart")
     else:
-        overrides = _model_overrides(settings)
         model_config = TransformerConfig.from_preset(
-            settings["preset"], src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), pad_id=src_vocab.pad_id, **overrides
+            settings["preset"], src_vocab_size=len(data.src_vocab), tgt_vocab_size=len(data.tgt_vocab),
+            pad_id=data.src_vocab.pad_id, **_model_overrides(settings),
         )
     model = Transformer(model_config)
-    if processes.rank > 0:
+    if run.processes.rank > 0:
         # Every process starts from process 0's weights (DDP copies them); dropout differs per process.
-        torch.manual_seed(settings["seed"] + processes.rank)
-    train_data = _check_lengths(train_data, model_config.max_len, "train", say)
-    _check_lengths(val_data, model_config.max_len, "val")
+        torch.manual_seed(settings["seed"] + run.processes.rank)
+    data.splits["train"] = _check_lengths(data.splits["train"], model_config.max_len, "train", run.say)
+    _check_lengths(data.splits["val"], model_config.max_len, "val")
+    return model
 
-    bleu = settings.get("bleu", "off")
-    config = TrainConfig(
-        epochs=settings["epochs"], max_steps=settings["max_steps"], schedule=settings["schedule"], lr=settings["lr"],
-        warmup_steps=settings["warmup"], label_smoothing=settings["label_smoothing"], clip_norm=settings["clip_norm"],
-        weight_decay=settings.get("weight_decay", 0.0), amp=settings.get("amp", "auto"), pad_id=tgt_vocab.pad_id,
-        eval_every=settings["eval_every"], checkpoint_every=args.checkpoint_every or settings.get("checkpoint_every"),
-        target_exact_match=settings["target_exact_match"], log_every=settings["log_every"],
-        progress=not args.no_progress, compile=settings.get("compile", False), keep_weights=settings.get("average_last", 0),
+
+def _loader(run: _Run, data: _Data, split: str, **options: Any) -> Any:
+    """A loader of ``split``: this process's slice of every batch, with the target vocabulary's specials."""
+    vocab = data.tgt_vocab
+    return make_loader(
+        data.splits[split], options.pop("batch_size", run.eval_batch_size), pad_id=vocab.pad_id, bos_id=vocab.bos_id,
+        eos_id=vocab.eos_id, num_replicas=run.processes.world_size, rank=run.processes.rank, **options,
     )
-    pin = device.type == "cuda"
-    specials = dict(pad_id=tgt_vocab.pad_id, bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)
-    shard = dict(num_replicas=processes.world_size, rank=processes.rank)
-    eval_batch = max(settings["batch_size"], 256)
-    train_loader = make_loader(train_data, settings["batch_size"], seed=settings["seed"], pin_memory=pin, **specials, **shard)
-    val_loader = make_loader(val_data, eval_batch, shuffle=False, pin_memory=pin, **specials, **shard)
-    metadata = {
-        "model_config": model_config.to_dict(),
-        "src_vocab": src_vocab.to_dict(),
-        "tgt_vocab": tgt_vocab.to_dict(),
-        "task": args.task,
-        "data": data_description,
-        "run": {k: v for k, v in settings.items() if k not in ("data", "out")},
-    }
 
-    def bleu_of(split: str, beam_size: int = 1) -> dict[str, Any]:
-        references = [reference for _, reference in text[split]]
-        return translation_bleu(
-            model, prepared.splits[split], references, src_vocab, tgt_vocab, data_description,
-            beam_size=beam_size, batch_size=eval_batch, device=device,
-        )
 
-    def val_bleu(_: torch.nn.Module) -> dict[str, float]:
-        result = bleu_of("val")
-        return {"bleu": result["cased"]["score"], "bleu_lowercased": result["lowercased"]["score"]}
-
-    def report(record: dict[str, float]) -> None:
-        extra = f", exact match {record['exact_match']:.1%}" if args.task in TOY_TASKS else f", ppl {record['ppl']:.2f}"
-        if "bleu" in record:
-            extra += f", BLEU {record['bleu']:.2f} (lowercased {record['bleu_lowercased']:.2f})"
-        say(f"step {record['step']:>6}  validation loss {record['loss']:.3f}{extra}")
-
+def _make_trainer(run: _Run, model: Transformer, data: _Data) -> Trainer:
+    """The :class:`Trainer`, its config straight from the settings (they carry TrainConfig's names)."""
+    settings, args = run.settings, run.args
+    config = TrainConfig.from_dict(
+        {**settings, "pad_id": data.tgt_vocab.pad_id, "progress": not args.no_progress, "checkpoint_every": args.checkpoint_every}
+    )
+    pin = run.device.type == "cuda"
+    train_loader = _loader(run, data, "train", batch_size=settings["batch_size"], seed=settings["seed"], pin_memory=pin)
+    metadata = checkpoint_metadata(
+        model.config, data.src_vocab, data.tgt_vocab, args.task, data.description,
+        run={k: v for k, v in settings.items() if k not in ("data", "out")},
+    )
+    val_bleu = functools.partial(_val_bleu_record, run, data) if settings.get("bleu") == "epoch" else None
     trainer = Trainer(
-        model, train_loader, config, val_loader=val_loader, device=device, checkpoint_path=checkpoint_path,
-        metadata=metadata, on_eval=report, val_metrics=val_bleu if bleu == "epoch" else None,
+        model, train_loader, config, val_loader=_loader(run, data, "val", shuffle=False, pin_memory=pin), device=run.device,
+        checkpoint_path=run.checkpoint_path, metadata=metadata, on_eval=functools.partial(_report_validation, run),
+        val_metrics=val_bleu,
     )
-    if resumed is not None:
-        trainer.load_state_dict(resumed)
+    if run.resumed is not None:
+        trainer.load_state_dict(run.resumed)
         if trainer.step > trainer.total_steps:
             raise ValueError(
-                f"{checkpoint_path} is at step {trainer.step}, past the {trainer.total_steps} steps this run asks for "
+                f"{run.checkpoint_path} is at step {trainer.step}, past the {trainer.total_steps} steps this run asks for "
                 "(--max-steps / --epochs); ask for more to go on, or --restart to start over"
             )
-    where = f"{processes.world_size} processes ({processes.backend}) on {device.type}" if processes.world_size > 1 else str(device)
-    say(
-        f"{args.task}: {count_parameters(model):,} parameters, {len(train_data):,} training pairs, "
+    processes = run.processes
+    where = f"{processes.world_size} processes ({processes.backend}) on {run.device.type}" if processes.world_size > 1 else str(run.device)
+    run.say(
+        f"{args.task}: {count_parameters(model):,} parameters, {len(data.splits['train']):,} training pairs, "
         f"{trainer.total_steps} steps at most, on {where}"
     )
-    start = time.perf_counter()
-    history = trainer.fit()
-    wall_s = time.perf_counter() - start
+    return trainer
 
-    def evaluate_split(data: TranslationData) -> dict[str, float]:
-        loader = make_loader(data, eval_batch, shuffle=False, **specials, **shard)
-        return evaluate(model, loader, device=device, pad_id=config.pad_id, amp=config.amp, all_reduce=processes.world_size > 1)
 
-    selection = _select_weights(trainer, settings, evaluate_split, val_data, bleu_of if bleu != "off" else None, say)
-    final = {"val": evaluate_split(val_data)}
-    if test_data is not None:
-        final["test"] = evaluate_split(test_data)
-    bleu_results: dict[str, Any] = {}
-    examples: list[dict[str, str]] = []
-    if bleu != "off":
-        beam = settings.get("beam_size", 4)
-        for split in ("val", "test"):
-            decoded = {"greedy": bleu_of(split)}
-            if beam > 1:
-                decoded[f"beam {beam}"] = bleu_of(split, beam)
-            bleu_results[split] = {name: {k: v for k, v in r.items() if k != "translations"} for name, r in decoded.items()}
-            for name, r in decoded.items():
-                say(f"{split} BLEU, {name}: {r['cased']['score']:.2f} (lowercased {r['lowercased']['score']:.2f})")
-            if split == "test":
-                examples = [
-                    {"source": source, "reference": reference, **{name: r["translations"][i] for name, r in decoded.items()}}
-                    for i, (source, reference) in enumerate(text["test"][:5])
-                ]
-        say(f"BLEU signature: {bleu_results['test']['greedy']['cased']['signature']}")
+def _report_validation(run: _Run, record: dict[str, float]) -> None:
+    extra = f", exact match {record['exact_match']:.1%}" if run.args.task in TOY_TASKS else f", ppl {record['ppl']:.2f}"
+    if "bleu" in record:
+        extra += f", BLEU {record['bleu']:.2f} (lowercased {record['bleu_lowercased']:.2f})"
+    run.say(f"step {record['step']:>6}  validation loss {record['loss']:.3f}{extra}")
 
-    metrics = {
+
+def _bleu(run: _Run, model: Transformer, data: _Data, split: str, beam_sizes: tuple[int, ...] = (1,)) -> dict[str, Any]:
+    """:func:`~transformer_lib.translate.evaluate_bleu` of ``split``: its token ids decoded, scored against the raw text."""
+    translator = Translator(model, data.src_vocab, data.tgt_vocab, "multi30k", dict(data.description))
+    references = [reference for _, reference in data.text[split]]
+    pairs = list(zip(data.splits[split].src, references))
+    return evaluate_bleu(translator, pairs, beam_sizes=beam_sizes, batch_size=run.eval_batch_size)
+
+
+def _val_bleu_record(run: _Run, data: _Data, model: Transformer) -> dict[str, float]:
+    """Validation BLEU (greedy) for the trainer's validation record."""
+    greedy = _bleu(run, model, data, "val")["greedy"]
+    return {"bleu": greedy["bleu"].score, "bleu_lowercased": greedy["bleu_lowercased"].score}
+
+
+def _evaluate_split(run: _Run, trainer: Trainer, data: _Data, split: str) -> dict[str, float]:
+    loader = _loader(run, data, split, shuffle=False)
+    config = trainer.config
+    return evaluate(trainer.model, loader, device=run.device, pad_id=config.pad_id, amp=config.amp,
+                    all_reduce=run.processes.world_size > 1)
+
+
+def _final_results(run: _Run, trainer: Trainer, data: _Data) -> dict[str, Any]:
+    """After training: choose the weights, then measure them (loss, and BLEU if asked) on val and test."""
+    bleu_on = run.settings.get("bleu", "off") != "off"
+    val_bleu = functools.partial(_val_bleu_record, run, data, trainer.model) if bleu_on else None
+    selection = _select_weights(run, trainer, data, val_bleu)
+    final = {split: _evaluate_split(run, trainer, data, split) for split in ("val", "test") if split in data.splits}
+    bleu, examples = _final_bleu(run, trainer.model, data) if bleu_on else ({}, [])
+    return {"selection": selection, "final": final, "bleu": bleu or None, "examples": examples}
+
+
+def _final_bleu(run: _Run, model: Transformer, data: _Data) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """BLEU of val and test, greedy and with the beam, as metrics.json records it; five test examples."""
+    beam = run.settings.get("beam_size", 4)
+    results: dict[str, Any] = {}
+    for split in ("val", "test"):
+        decoded = _bleu(run, model, data, split, (1, beam) if beam > 1 else (1,))
+        results[split] = {name: _bleu_record(result) for name, result in decoded.items()}
+        for name, result in decoded.items():
+            run.say(f"{split} BLEU, {name}: {result['bleu'].score:.2f} (lowercased {result['bleu_lowercased'].score:.2f})")
+    examples = [
+        {"source": source, "reference": reference, **{name: result["translations"][i] for name, result in decoded.items()}}
+        for i, (source, reference) in enumerate(data.text["test"][:5])
+    ]
+    run.say(f"BLEU signature: {results['test']['greedy']['cased']['signature']}")
+    return results, examples
+
+
+def _bleu_record(result: dict[str, Any]) -> dict[str, Any]:
+    """One decoding's BLEU as metrics.json has recorded it since format 2 (``cased``, ``lowercased``, ``seconds``)."""
+    return {"cased": asdict(result["bleu"]), "lowercased": asdict(result["bleu_lowercased"]), "seconds": result["seconds"]}
+
+
+def _metrics(run: _Run, trainer: Trainer, data: _Data, results: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """What metrics.json holds (format :data:`METRICS_FORMAT_VERSION`)."""
+    model, history, settings = trainer.model, trainer.history, run.settings
+    return {
         "metrics_format": METRICS_FORMAT_VERSION,
-        "task": args.task,
-        "command": command,
-        "settings": metadata["run"],
-        "data": {key: value for key, value in data_description.items() if key != "subword_model"},
-        "model_config": model_config.to_dict(),
+        "task": run.args.task,
+        "command": run.command,
+        "settings": trainer.metadata["run"],
+        "data": {key: value for key, value in data.description.items() if key != "subword_model"},
+        "model_config": model.config.to_dict(),
         "parameters": count_parameters(model),
-        "hardware": _hardware(device, processes),
-        "software": software,
+        "hardware": _hardware(run.device, run.processes),
+        "software": run.software,
         "distributed": {
-            "world_size": processes.world_size,
-            "backend": processes.backend,
+            "world_size": run.processes.world_size,
+            "backend": run.processes.backend,
             "global_batch_size": settings["batch_size"],
         },
         "steps": trainer.step,
         "epochs": trainer.epoch + trainer.batch_in_epoch / trainer.steps_per_epoch,
         "stopped_because": trainer.stopped_because,
-        "resumed_from_step": resumed["step"] if resumed is not None else None,
+        "resumed_from_step": run.resumed["step"] if run.resumed is not None else None,
         "wall_time_s": wall_s,
         "training_time_s": trainer.elapsed_s,
         "per_epoch": _per_epoch(history),
-        "time_to_bleu": _time_to_bleu(history, settings.get("bleu_threshold")) if bleu == "epoch" else None,
-        "selection": selection,
-        "final": final,
-        "bleu": bleu_results or None,
-        "examples": examples,
+        "time_to_bleu": _time_to_bleu(history, settings.get("bleu_threshold")) if settings.get("bleu") == "epoch" else None,
+        **results,
         "history": history,
     }
-    written = ["checkpoint.pt", "metrics.json"] + (["model.pt"] if selection["checkpoint"] == "model.pt" else [])
-    if processes.is_main:
+
+
+def _write_results(run: _Run, trainer: Trainer, metrics: dict[str, Any], wall_s: float) -> None:
+    """metrics.json and loss.png (process 0), and the closing line."""
+    written = ["checkpoint.pt", "metrics.json"] + (["model.pt"] if metrics["selection"]["checkpoint"] == "model.pt" else [])
+    if run.processes.is_main:
         text = json.dumps(_json_safe(metrics), indent=2, allow_nan=False) + "\n"
-        atomic_write(out / "metrics.json", lambda f: f.write(text.encode("utf-8")))
-        if _save_loss_plot(history, out / "loss.png", f"{args.task}: {metrics['parameters']:,} parameters, {trainer.step} steps"):
+        atomic_write(run.out / "metrics.json", lambda f: f.write(text.encode("utf-8")))
+        title = f"{run.args.task}: {metrics['parameters']:,} parameters, {trainer.step} steps"
+        if _save_loss_plot(trainer.history, run.out / "loss.png", title):
             written.append("loss.png")
-    summary = ", ".join(f"{split} loss {m['loss']:.3f} / exact match {m['exact_match']:.1%}" for split, m in final.items())
-    say(f"done ({trainer.stopped_because}) in {wall_s:.1f} s: {summary}. Wrote {', '.join(written)} in {out}")
-    return metrics
+    summary = ", ".join(f"{split} loss {m['loss']:.3f} / exact match {m['exact_match']:.1%}" for split, m in metrics["final"].items())
+    run.say(f"done ({trainer.stopped_because}) in {wall_s:.1f} s: {summary}. Wrote {', '.join(written)} in {run.out}")
 
 
-def _select_weights(trainer: Trainer, settings: dict[str, Any], evaluate_split: Any, val_data: TranslationData,
-                    bleu_of: Any, say: Any) -> dict[str, Any]:
+def _select_weights(run: _Run, trainer: Trainer, data: _Data, val_bleu: Callable[[], dict[str, float]] | None) -> dict[str, Any]:
     """Keep the last weights or the average of the last N checkpoints, whichever validation prefers.
 
     Validation BLEU (greedy, cased) decides when BLEU is on, else the validation loss. The chosen
@@ -824,26 +874,26 @@ def _select_weights(trainer: Trainer, settings: dict[str, Any], evaluate_split: 
     ``model.pt`` (a checkpoint for ``transformer_lib.translate``; ``checkpoint.pt`` keeps the
     training state for resuming).
     """
-    n = settings.get("average_last", 0)
+    n = run.settings.get("keep_weights", 0)
     files = kept_weights(trainer.checkpoint_path.parent / "weights") if trainer.checkpoint_path is not None else []
     if n < 2 or len(files) < 2:
         return {"chosen": "last", "candidates": {}, "by": None, "checkpoint": "checkpoint.pt"}
-    by = "val BLEU (greedy, cased)" if bleu_of is not None else "val loss"
+    by = "val BLEU (greedy, cased)" if val_bleu is not None else "val loss"
     last = {name: tensor.detach().clone() for name, tensor in trainer.model.state_dict().items()}
     candidates: dict[str, dict[str, Any]] = {}
     weights = {"last": last, f"average of last {len(files[-n:])}": average_checkpoints(files[-n:])}
     for name, state in weights.items():
         trainer.model.load_state_dict(state)
-        result: dict[str, Any] = {"val_loss": evaluate_split(val_data)["loss"]}
-        if bleu_of is not None:
-            result["val_bleu"] = bleu_of("val")["cased"]["score"]
+        result: dict[str, Any] = {"val_loss": _evaluate_split(run, trainer, data, "val")["loss"]}
+        if val_bleu is not None:
+            result["val_bleu"] = val_bleu()["bleu"]
         if name != "last":
             result["steps"] = [int(f.stem.split("_")[1]) for f in files[-n:]]
         candidates[name] = result
-    key = (lambda name: candidates[name]["val_bleu"]) if bleu_of is not None else (lambda name: -candidates[name]["val_loss"])
+    key = (lambda name: candidates[name]["val_bleu"]) if val_bleu is not None else (lambda name: -candidates[name]["val_loss"])
     chosen = max(candidates, key=key)  # ties keep "last" (first)
     trainer.model.load_state_dict(weights[chosen])
-    say("model selection by " + by + ": " + ", ".join(
+    run.say("model selection by " + by + ": " + ", ".join(
         f"{name} {c.get('val_bleu', c['val_loss']):.3f}" for name, c in candidates.items()) + f" -> {chosen}")
     checkpoint_name = "checkpoint.pt"
     if chosen != "last":

@@ -1,36 +1,24 @@
-"""Training: the label-smoothed loss, learning-rate schedules, the training loop and checkpoints.
+"""Training: the label-smoothed loss, learning-rate schedules, metrics and the training loop.
 
 The loop is model-agnostic: it trains any module with ``make_masks(src, tgt_in)`` and
 ``forward(src, tgt_in, src_mask, tgt_mask) -> logits (B, T, V)``, fed with
-:class:`transformer_lib.data.Batch` es (teacher forcing: ``tgt_in`` is the target shifted right).
+:class:`transformer_lib.batching.Batch` es (teacher forcing: ``tgt_in`` is the target shifted right).
+It writes its state with :mod:`transformer_lib.checkpoint` and runs in several processes with
+:mod:`transformer_lib.distributed`.
 
 Shapes:
 
     B  batch size    T  target length    V  target vocabulary size    N  number of positions (B * T)
-
-Checkpoints are plain dicts of Python values and tensors, written atomically and read with
-``torch.load(weights_only=True)``; :data:`CHECKPOINT_KEYS` lists what every checkpoint holds.
-:func:`average_checkpoints` averages the weights of the last few (Vaswani et al. 2017, section 6.1).
-
-Several processes (one per GPU, started by ``torchrun``): :func:`setup_distributed` joins the
-process group the launcher describes, the :class:`Trainer` wraps the model in
-``DistributedDataParallel``, each process trains on its slice of every batch
-(:class:`~transformer_lib.data.BucketBatchSampler` with ``num_replicas``), and only process 0
-writes files. The updates are those of one process on the whole batch, up to rounding.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import inspect
 import itertools
 import math
-import os
-import tempfile
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -39,6 +27,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .checkpoint import CHECKPOINT_FORMAT_VERSION, save_checkpoint, save_kept_weights
+from .device import default_device
+from .distributed import get_rank, get_world_size, wait_for_all
 
 __all__ = [
     "label_smoothed_cross_entropy",
@@ -50,28 +42,15 @@ __all__ = [
     "ConstantSchedule",
     "make_optimizer",
     "make_scheduler",
+    "RunningMean",
     "token_accuracy",
-    "exact_match",
+    "exact_match_counts",
     "autocast_context",
     "TrainConfig",
     "Trainer",
-    "evaluate",
-    "DistributedSetup",
-    "setup_distributed",
-    "teardown_distributed",
-    "wait_for_all",
-    "CHECKPOINT_FORMAT_VERSION",
-    "CHECKPOINT_KEYS",
-    "CheckpointError",
     "TrainingDiverged",
-    "atomic_write",
-    "checkpoint_digest",
-    "save_checkpoint",
-    "load_checkpoint",
-    "average_checkpoints",
-    "kept_weights",
+    "evaluate",
 ]
-
 
 # --- 1. The loss -------------------------------------------------------------------------------
 
@@ -113,28 +92,9 @@ def label_smoothed_cross_entropy(
         >>> torch.allclose(ours, ref)
         True
     """
-    if not isinstance(logits, Tensor) or not isinstance(target, Tensor):
-        raise TypeError(f"logits and target must be tensors, got {type(logits).__name__} and {type(target).__name__}")
-    if not logits.is_floating_point():
-        raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
-    if target.is_floating_point() or target.dtype == torch.bool:
-        raise TypeError(f"target must hold integer token ids (torch.long), got dtype {target.dtype}")
-    if logits.dim() != target.dim() + 1 or logits.shape[:-1] != target.shape:
-        raise ValueError(
-            f"logits {tuple(logits.shape)} must be target {tuple(target.shape)} plus a vocabulary dimension, "
-            "e.g. logits (B, T, V) with target (B, T)"
-        )
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    vocab_size = logits.size(-1)
+    _check_loss_inputs(logits, target, label_smoothing, reduction)
     keep = target != ignore_index  # (B, T)
-    if target.device.type == "cpu" and bool(keep.any()):  # on a GPU this check would stall every step
-        low, high = int(target[keep].min()), int(target[keep].max())
-        if low < 0 or high >= vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"target id {bad} is outside the vocabulary [0, {vocab_size - 1}] (V={vocab_size})")
+    _check_target_ids(target, keep, logits.size(-1))
     # at least float32 (bf16/fp16 logits from autocast are upcast; float64 stays float64)
     log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # (B, T, V)
     safe_target = target.masked_fill(~keep, 0)  # any valid id; these positions are zeroed below
@@ -150,6 +110,33 @@ def label_smoothed_cross_entropy(
     if reduction == "sum":
         return total
     return total / keep.sum().clamp_min(1)
+
+
+def _check_loss_inputs(logits: Tensor, target: Tensor, label_smoothing: float, reduction: str) -> None:
+    if not isinstance(logits, Tensor) or not isinstance(target, Tensor):
+        raise TypeError(f"logits and target must be tensors, got {type(logits).__name__} and {type(target).__name__}")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
+    if target.is_floating_point() or target.dtype == torch.bool:
+        raise TypeError(f"target must hold integer token ids (torch.long), got dtype {target.dtype}")
+    if logits.dim() != target.dim() + 1 or logits.shape[:-1] != target.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} must be target {tuple(target.shape)} plus a vocabulary dimension, "
+            "e.g. logits (B, T, V) with target (B, T)"
+        )
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _check_target_ids(target: Tensor, keep: Tensor, vocab_size: int) -> None:
+    """Every kept target id is in ``[0, V)``; checked on CPU only (on a GPU it would stall every step)."""
+    if target.device.type == "cpu" and bool(keep.any()):
+        low, high = int(target[keep].min()), int(target[keep].max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"target id {bad} is outside the vocabulary [0, {vocab_size - 1}] (V={vocab_size})")
 
 
 def smoothed_target_distribution(target: Tensor, vocab_size: int, label_smoothing: float) -> Tensor:
@@ -318,6 +305,49 @@ def make_scheduler(
 # --- 3. Metrics --------------------------------------------------------------------------------
 
 
+class RunningMean:
+    """A mean kept as a running sum and count: ``update(total, count)``, then :attr:`mean`, then ``reset()``.
+
+    ``update`` adds ``total``, the sum of ``count`` values (a batch's summed loss and its number of
+    target tokens, say). The sum and count are float64 tensors on ``device``: adding a tensor that
+    lives on a GPU never waits for the GPU, and float64 keeps a long run's sum exact enough to be
+    saved in a checkpoint and resumed bit for bit. :attr:`updates` counts the calls.
+
+    Example:
+        >>> meter = RunningMean()
+        >>> meter.update(6.0, 3); meter.update(4.0, 1)
+        >>> meter.mean, int(meter.count), meter.updates
+        (2.5, 4, 2)
+    """
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.total = torch.zeros((), dtype=torch.float64, device=device)
+        self.count = torch.zeros((), dtype=torch.float64, device=device)
+        self.updates = 0
+
+    def update(self, total: Tensor | float, count: Tensor | float = 1) -> None:
+        self.total += total
+        self.count += count
+        self.updates += 1
+
+    @property
+    def mean(self) -> float:
+        """``total / count`` (0 before any update; a sync with the GPU)."""
+        return float(self.total) / max(float(self.count), 1.0)
+
+    def reset(self) -> None:
+        self.total.zero_()
+        self.count.zero_()
+        self.updates = 0
+
+    def all_reduce(self) -> None:
+        """Sum the totals and counts of every process (in a process group), so each holds the overall mean."""
+        if get_world_size() > 1:
+            both = torch.stack([self.total, self.count])
+            dist.all_reduce(both)
+            self.total, self.count = both[0].clone(), both[1].clone()
+
+
 def token_accuracy(logits: Tensor, target: Tensor, ignore_index: int = 0) -> tuple[int, int]:
     """``(correct, total)`` next-token predictions (argmax) over non-padding positions."""
     keep = target != ignore_index  # (B, T)
@@ -325,7 +355,7 @@ def token_accuracy(logits: Tensor, target: Tensor, ignore_index: int = 0) -> tup
     return int(correct.sum()), int(keep.sum())
 
 
-def exact_match(logits: Tensor, target: Tensor, ignore_index: int = 0) -> tuple[int, int]:
+def exact_match_counts(logits: Tensor, target: Tensor, ignore_index: int = 0) -> tuple[int, int]:
     """``(matches, B)``: sequences whose every non-padding position is predicted right under teacher forcing.
 
     This equals exact match under greedy decoding: if the argmax is right at every position given
@@ -371,7 +401,7 @@ def evaluate(
     amp: str = "auto",
     all_reduce: bool = False,
 ) -> dict[str, float]:
-    """Teacher-forced evaluation over ``batches`` (:class:`~transformer_lib.data.Batch` es).
+    """Teacher-forced evaluation over ``batches`` (:class:`~transformer_lib.batching.Batch` es).
 
     With ``all_reduce=True`` (several processes, each given its own slice of the data, e.g. by
     ``make_loader(..., num_replicas, rank)``) the counts are summed over all processes first, so
@@ -380,137 +410,44 @@ def evaluate(
     Returns:
         ``loss`` (cross-entropy per target token, with ``label_smoothing``; default none, so
         ``ppl = exp(loss)`` is the perplexity), ``token_accuracy``, ``exact_match`` (see
-        :func:`exact_match`), and ``n_sentences``.
+        :func:`exact_match_counts`), and ``n_sentences``.
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
-    loss_sum, tokens, correct, matches, sentences = 0.0, 0, 0, 0, 0
+    loss, accuracy, exact = RunningMean(device), RunningMean(device), RunningMean(device)
     try:
         for batch in batches:
             batch = batch.to(device, non_blocking=True)
             src_mask, tgt_mask = model.make_masks(batch.src, batch.tgt_in)
             with autocast_context(device, amp):
                 logits = model(batch.src, batch.tgt_in, src_mask, tgt_mask)  # (B, T, V)
-            loss_sum += float(label_smoothed_cross_entropy(logits, batch.tgt_out, label_smoothing, pad_id, "sum"))
-            c, n = token_accuracy(logits, batch.tgt_out, pad_id)
-            m, b = exact_match(logits, batch.tgt_out, pad_id)
-            correct, tokens, matches, sentences = correct + c, tokens + n, matches + m, sentences + b
+            loss_sum = label_smoothed_cross_entropy(logits, batch.tgt_out, label_smoothing, pad_id, "sum")
+            correct, tokens = token_accuracy(logits, batch.tgt_out, pad_id)
+            loss.update(loss_sum.detach().double(), tokens)
+            accuracy.update(correct, tokens)
+            exact.update(*exact_match_counts(logits, batch.tgt_out, pad_id))
     finally:
         model.train(was_training)
-    if all_reduce and _world_size() > 1:
-        counts = torch.tensor([loss_sum, tokens, correct, matches, sentences], dtype=torch.float64, device=device)
-        dist.all_reduce(counts)
-        loss_sum = float(counts[0])
-        tokens, correct, matches, sentences = (int(c) for c in counts[1:].tolist())
-    if sentences == 0:
+    if all_reduce:
+        for meter in (loss, accuracy, exact):
+            meter.all_reduce()
+    if exact.updates == 0:
         raise ValueError("evaluate got no batches")
-    loss = loss_sum / max(tokens, 1)
     return {
-        "loss": loss,
-        "ppl": math.exp(min(loss, 50.0)),
-        "token_accuracy": correct / max(tokens, 1),
-        "exact_match": matches / sentences,
-        "n_sentences": sentences,
+        "loss": loss.mean,
+        "ppl": math.exp(min(loss.mean, 50.0)),
+        "token_accuracy": accuracy.mean,
+        "exact_match": exact.mean,
+        "n_sentences": int(exact.count),
     }
 
 
-# --- 4. Several processes (DistributedDataParallel) -------------------------------------------
+# --- 4. The training loop ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DistributedSetup:
-    """Where this process stands among the processes training together.
-
-    Attributes:
-        rank: this process's index, ``0 <= rank < world_size``; process 0 writes every file.
-        world_size: number of processes (1: an ordinary single-process run).
-        local_rank: index on this machine; process ``local_rank`` uses GPU ``cuda:local_rank``.
-        backend: ``"nccl"`` (CUDA), ``"gloo"`` (CPU), or ``None`` for a single process.
-        created: whether :func:`setup_distributed` created the process group (and
-            :func:`teardown_distributed` should destroy it).
-    """
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    backend: str | None = None
-    created: bool = False
-
-    @property
-    def is_main(self) -> bool:
-        """Whether this is process 0, the one that prints and writes files."""
-        return self.rank == 0
-
-    def device(self, device_type: str) -> torch.device:
-        """This process's device: ``cuda:local_rank`` for CUDA, else ``device_type`` itself."""
-        return torch.device("cuda", self.local_rank) if device_type == "cuda" else torch.device(device_type)
-
-
-def setup_distributed(device_type: str = "cpu") -> DistributedSetup:
-    """Join the process group that ``torchrun`` describes in the environment, if there is one.
-
-    ``torchrun --nproc-per-node N`` starts ``N`` copies of the program and gives each the variables
-    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``; the processes meet
-    at that address (``init_method="env://"``). Without ``WORLD_SIZE`` (or with ``WORLD_SIZE=1``)
-    this is a single process and nothing is set up. A process group that already exists is used
-    as it is (and left for its creator to destroy).
-
-    Args:
-        device_type: ``"cuda"`` (backend NCCL, one GPU per process: ``cuda:LOCAL_RANK``) or
-            ``"cpu"`` (backend gloo).
-    """
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if dist.is_available() and dist.is_initialized():
-        local_rank = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
-        return DistributedSetup(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_backend(), created=False)
-    if world_size <= 1:
-        return DistributedSetup()
-    missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
-    if missing:
-        raise RuntimeError(f"WORLD_SIZE={world_size} but {missing} are not set; start the processes with torchrun")
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    if device_type == "cuda":
-        if local_rank >= torch.cuda.device_count():
-            raise RuntimeError(f"LOCAL_RANK={local_rank} but this machine has {torch.cuda.device_count()} GPUs; start at most that many processes per machine")
-        torch.cuda.set_device(local_rank)  # before NCCL starts: each process talks through its own GPU
-        backend = "nccl"
-    else:
-        backend = "gloo"
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size)
-    return DistributedSetup(rank, world_size, local_rank, backend, created=True)
-
-
-def teardown_distributed(setup: DistributedSetup) -> None:
-    """Leave the process group, if :func:`setup_distributed` created it."""
-    if setup.created and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def _world_size() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def wait_for_all(device: torch.device) -> None:
-    """Wait until every process gets here (a barrier); nothing to wait for in a single process.
-
-    ``device`` is this process's device: NCCL must be told which GPU the process uses.
-    """
-    if _world_size() <= 1:
-        return
-    if device.type == "cuda":
-        dist.barrier(device_ids=[device.index])
-    else:
-        dist.barrier()
-
-
-# --- 5. The training loop ----------------------------------------------------------------------
-
+class TrainingDiverged(RuntimeError):
+    """The loss, a gradient norm or a weight became NaN or infinite; nothing diverged was saved."""
 
 @dataclass
 class TrainConfig:
@@ -602,6 +539,21 @@ class TrainConfig:
         return cls(**{k: v for k, v in values.items() if k in known})
 
 
+def _training_module(model: nn.Module, device: torch.device, world_size: int, compile: bool) -> nn.Module:
+    """``model``, wrapped in ``DistributedDataParallel`` with several processes, and compiled if asked."""
+    module = model
+    if world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        # Our buffers (positional tables) are constants, the same on every process; by default
+        # DDP would send process 0's copy before every forward pass. (The option was renamed
+        # in PyTorch 2.13.) Creating the wrapper copies process 0's parameters to every process.
+        renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+        no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
+        module = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffer_sync)
+    return torch.compile(module) if compile else module
+
+
 class Trainer:
     """Trains a sequence-to-sequence model with teacher forcing, and checkpoints it.
 
@@ -629,8 +581,8 @@ class Trainer:
 
     Args:
         model: the model (moved to ``device``).
-        train_loader: iterable of :class:`~transformer_lib.data.Batch`; if it has a
-            ``batch_sampler`` with ``set_epoch`` (as :func:`~transformer_lib.data.make_loader`'s
+        train_loader: iterable of :class:`~transformer_lib.batching.Batch`; if it has a
+            ``batch_sampler`` with ``set_epoch`` (as :func:`~transformer_lib.batching.make_loader`'s
             does), it is called at each epoch. Its iteration must not use the global random state.
         config: a :class:`TrainConfig`.
         val_loader: batches for :func:`evaluate` (``None``: no validation).
@@ -664,7 +616,7 @@ class Trainer:
         val_metrics: Callable[[nn.Module], Mapping[str, float]] | None = None,
     ) -> None:
         self.config = config
-        self.device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(device) if device is not None else default_device()
         self.model = model.to(self.device)
         self.train_loader = train_loader
         self.val_loader = val_loader
@@ -673,26 +625,11 @@ class Trainer:
         self.on_log = on_log
         self.on_eval = on_eval
         self.val_metrics = val_metrics
-        self.rank, self.world_size = _rank(), _world_size()
-
+        self.rank, self.world_size = get_rank(), get_world_size()
         # What the training step calls: the model itself, or wrappers that call it. Checkpoints and
         # evaluation always use self.model, so its state_dict keys never gain a "module." (DDP) or
         # "_orig_mod." (torch.compile) prefix.
-        self.train_module: nn.Module = self.model
-        if self.world_size > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
-            # Our buffers (positional tables) are constants, the same on every process; by default
-            # DDP would send process 0's copy before every forward pass. (The option was renamed
-            # in PyTorch 2.13.) Creating the wrapper copies process 0's parameters to every process.
-            renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-            no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
-            self.train_module = DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None, **no_buffer_sync
-            )
-        if config.compile:
-            self.train_module = torch.compile(self.train_module)
-
+        self.train_module = _training_module(self.model, self.device, self.world_size, config.compile)
         self.steps_per_epoch = len(train_loader)  # type: ignore[arg-type]
         if self.steps_per_epoch == 0:
             raise ValueError("train_loader yields no batches")
@@ -713,14 +650,10 @@ class Trainer:
         self.history: dict[str, list[dict[str, float]]] = {"train": [], "val": [], "epochs": []}
         self.stopped_because = ""
         self._saved_at: tuple[int, int, int] | None = None
-        # Running sums of the loss and target tokens (over all processes) of the current logging
-        # window and of the current epoch, as float64 tensors on the device: no GPU sync per
-        # step, and saved exactly in checkpoints.
-        self._window_loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        self._window_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
-        self._window_steps = 0
-        self._epoch_loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        self._epoch_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
+        # The training loss per target token (over all processes) of the current logging window
+        # and of the current epoch: no GPU sync per step, and saved exactly in checkpoints.
+        self._window_loss = RunningMean(self.device)
+        self._epoch_loss = RunningMean(self.device)
         self._window_start = time.perf_counter()
         self._all_finite = torch.ones((), dtype=torch.bool, device=self.device)
 
@@ -764,11 +697,8 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        self._window_loss += batch_loss
-        self._window_tokens += batch_tokens
-        self._window_steps += 1
-        self._epoch_loss += batch_loss
-        self._epoch_tokens += batch_tokens
+        self._window_loss.update(batch_loss, batch_tokens)
+        self._epoch_loss.update(batch_loss, batch_tokens)
         return batch_loss
 
     # -- the loop -------------------------------------------------------------------------------
@@ -813,7 +743,7 @@ class Trainer:
                         self._validate()
                     if config.checkpoint_every is None and config.eval_every is None:
                         self.save()
-            if self._window_steps:  # the last, partial logging window
+            if self._window_loss.updates:  # the last, partial logging window
                 self._log()
             if self._saved_at != (self.step, len(self.history["train"]), len(self.history["val"])):
                 self.save()
@@ -857,18 +787,16 @@ class Trainer:
         now = time.perf_counter()
         window_s = now - self._window_start
         self.elapsed_s += window_s
-        tokens = float(self._window_tokens)
+        tokens = float(self._window_loss.count)
         record = {
             "step": self.step,
             "epoch": self.epoch + self.batch_in_epoch / self.steps_per_epoch,
-            "loss": float(self._window_loss) / max(tokens, 1.0),
+            "loss": self._window_loss.mean,
             "lr": self.scheduler.lr_lambdas[0](self.step - 1),  # the rate of the last update
             "tokens_per_s": tokens / window_s if window_s > 0 else float("nan"),
             "elapsed_s": self.elapsed_s,
         }
-        self._window_loss.zero_()
-        self._window_tokens.zero_()
-        self._window_steps = 0
+        self._window_loss.reset()
         self.history["train"].append(record)
         if self.on_log is not None:
             self.on_log(record)
@@ -879,16 +807,14 @@ class Trainer:
         """Count the epoch as done, and record its average training loss."""
         self.epoch += 1
         self.batch_in_epoch = 0
-        tokens = float(self._epoch_tokens)
         self.history["epochs"].append({
             "epoch": self.epoch,
             "step": self.step,
-            "train_loss": float(self._epoch_loss) / max(tokens, 1.0),
-            "train_tokens": int(tokens),
+            "train_loss": self._epoch_loss.mean,
+            "train_tokens": int(self._epoch_loss.count),
             "elapsed_s": self._elapsed_now(),
         })
-        self._epoch_loss.zero_()
-        self._epoch_tokens.zero_()
+        self._epoch_loss.reset()
 
     def _validate(self) -> None:
         if self.val_loader is None:
@@ -937,11 +863,11 @@ class Trainer:
             "elapsed_s": self.elapsed_s,
             "rng_state": rng,
             "window": {
-                "loss": self._window_loss.detach().cpu().clone(),
-                "tokens": int(self._window_tokens),
-                "steps": self._window_steps,
-                "epoch_loss": self._epoch_loss.detach().cpu().clone(),
-                "epoch_tokens": int(self._epoch_tokens),
+                "loss": self._window_loss.total.cpu().clone(),
+                "tokens": int(self._window_loss.count),
+                "steps": self._window_loss.updates,
+                "epoch_loss": self._epoch_loss.total.cpu().clone(),
+                "epoch_tokens": int(self._epoch_loss.count),
             },
             "metrics": {name: [dict(r) for r in records] for name, records in self.history.items()},
         }
@@ -962,11 +888,11 @@ class Trainer:
         metrics = state["metrics"]
         self.history = {name: [dict(r) for r in metrics.get(name, [])] for name in ("train", "val", "epochs")}
         window = state["window"]
-        self._window_loss = window["loss"].to(self.device, torch.float64).clone()
-        self._window_tokens = torch.tensor(float(window["tokens"]), dtype=torch.float64, device=self.device)
-        self._window_steps = int(window["steps"])
-        self._epoch_loss = torch.as_tensor(window.get("epoch_loss", 0.0)).to(self.device, torch.float64).clone()
-        self._epoch_tokens = torch.tensor(float(window.get("epoch_tokens", 0)), dtype=torch.float64, device=self.device)
+        self._window_loss.reset()
+        self._window_loss.update(torch.as_tensor(window["loss"]).to(self.device, torch.float64), float(window["tokens"]))
+        self._window_loss.updates = int(window["steps"])
+        self._epoch_loss.reset()
+        self._epoch_loss.update(torch.as_tensor(window.get("epoch_loss", 0.0)).to(self.device, torch.float64), float(window.get("epoch_tokens", 0)))
         self._restore_rng(state["rng_state"])
         self.stopped_because = ""
 
@@ -1004,275 +930,7 @@ class Trainer:
         if self.is_main:
             save_checkpoint(path, checkpoint)
             if self.config.keep_weights:
-                folder = path.parent / "weights"
-                _atomic_save(folder / f"step_{self.step:07d}.pt", {"step": self.step, "model_state": checkpoint["model_state"]})
-                for old in kept_weights(folder)[: -self.config.keep_weights]:
-                    old.unlink()
+                save_kept_weights(path.parent / "weights", self.step, checkpoint["model_state"], self.config.keep_weights)
         wait_for_all(self.device)  # no process reads the files before they are complete
         self._saved_at = (self.step, len(self.history["train"]), len(self.history["val"]))
         return path
-
-
-# --- 6. Checkpoint files -----------------------------------------------------------------------
-
-CHECKPOINT_FORMAT_VERSION = 1
-# What every checkpoint holds. The first six describe the model and its data, so a checkpoint
-# alone is enough to rebuild the model and translate; the rest let training resume exactly.
-CHECKPOINT_KEYS = (
-    "format_version",
-    "model_config",  # TransformerConfig.to_dict()
-    "model_state",  # model.state_dict()
-    "src_vocab",  # Vocab.to_dict()
-    "tgt_vocab",  # Vocab.to_dict()
-    "task",  # "copy" | "reverse" | "multi30k"
-    "data",  # how text becomes ids: {"src_lang": "de", "tgt_lang": "en", "lowercase": False, ...}
-    "optimizer_state",
-    "scheduler_state",
-    "train_config",
-    "step",
-    "epoch",
-    "rng_state",
-    "metrics",
-)
-# The types torch.load(weights_only=True) accepts; anything else makes a checkpoint unloadable.
-_PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size)
-
-
-class CheckpointError(ValueError):
-    """A file that is not a checkpoint of this library's format, or a dict that cannot be saved as one."""
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss, a gradient norm or a weight became NaN or infinite; nothing diverged was saved."""
-
-
-def _check_plain(value: Any, where: str) -> None:
-    if isinstance(value, Tensor) or type(value) in _PLAIN_TYPES:
-        return
-    if type(value) in (dict, OrderedDict):
-        for key, item in value.items():
-            if type(key) not in (str, int):
-                raise CheckpointError(f"{where} has a key {key!r} of type {type(key).__name__}; use str or int keys")
-            _check_plain(item, f"{where}[{key!r}]")
-        return
-    if type(value) in (list, tuple):
-        for i, item in enumerate(value):
-            _check_plain(item, f"{where}[{i}]")
-        return
-    raise CheckpointError(
-        f"{where} is a {type(value).__module__}.{type(value).__qualname__}; a checkpoint holds only plain "
-        "Python values (dict, list, str, int, float, bool, None) and tensors, so that torch.load(weights_only=True) "
-        "can read it. Convert it (e.g. with .to_dict() or float())"
-    )
-
-
-def _check_keys(checkpoint: Mapping[str, Any], source: str) -> None:
-    missing = [key for key in CHECKPOINT_KEYS if key not in checkpoint]
-    if missing:
-        raise CheckpointError(f"{source} lacks the checkpoint entries {missing} (a checkpoint holds {list(CHECKPOINT_KEYS)})")
-
-
-def save_checkpoint(path: str | Path, checkpoint: Mapping[str, Any]) -> None:
-    """Write ``checkpoint`` to ``path`` atomically: a crash leaves the previous file intact.
-
-    The data goes to a temporary file in the same folder, is flushed to disk (``fsync``), and only
-    then renamed over ``path`` (``os.replace`` is atomic on POSIX and Windows). A reader, or a
-    resumed run after a crash, thus sees the old checkpoint or the new one, never half of one.
-
-    Raises:
-        CheckpointError: an entry of :data:`CHECKPOINT_KEYS` is missing, ``format_version`` is
-            not :data:`CHECKPOINT_FORMAT_VERSION`, or a value is not a plain type or tensor.
-    """
-    path = Path(path)
-    if type(checkpoint) is not dict:
-        raise CheckpointError(f"a checkpoint is a dict, got {type(checkpoint).__name__}")
-    _check_keys(checkpoint, "the checkpoint to save")
-    if checkpoint["format_version"] != CHECKPOINT_FORMAT_VERSION:
-        raise CheckpointError(f"format_version must be {CHECKPOINT_FORMAT_VERSION}, got {checkpoint['format_version']!r}")
-    _check_plain(checkpoint, "checkpoint")
-    payload = {key: value for key, value in checkpoint.items() if key != "checksum"}
-    _atomic_save(path, {**payload, "checksum": {"sha256": checkpoint_digest(payload)}})
-
-
-def checkpoint_digest(checkpoint: Mapping[str, Any]) -> str:
-    """SHA-256 of a checkpoint's contents: every key, plain value, and tensor (dtype, shape, bytes).
-
-    :func:`save_checkpoint` stores it under ``"checksum"`` and :func:`load_checkpoint` recomputes it,
-    so a file changed after it was written (a disk or copy error) is refused instead of trained on.
-    """
-    digest = hashlib.sha256()
-    _update_digest(digest, {key: value for key, value in checkpoint.items() if key != "checksum"})
-    return digest.hexdigest()
-
-
-def _update_digest(digest: Any, value: Any) -> None:
-    if isinstance(value, Tensor):
-        flat = value.detach().to("cpu").contiguous().reshape(-1)
-        digest.update(f"tensor {flat.dtype} {tuple(value.shape)};".encode())
-        digest.update(flat.view(torch.uint8).numpy())
-    elif isinstance(value, Mapping):
-        digest.update(f"dict {len(value)};".encode())
-        for key, item in value.items():
-            digest.update(f"{key!r}:".encode())
-            _update_digest(digest, item)
-    elif isinstance(value, (list, tuple)):
-        digest.update(f"{type(value).__name__} {len(value)};".encode())
-        for item in value:
-            _update_digest(digest, item)
-    else:
-        digest.update(f"{type(value).__name__} {value!r};".encode())
-
-
-def atomic_write(path: str | Path, write: Callable[[Any], None]) -> None:
-    """Call ``write(file)`` on a temporary file beside ``path``, ``fsync``, then rename over ``path``.
-
-    A crash (or a full disk) leaves the previous ``path`` intact and no half-written file; the
-    temporary file (``.NAME.*.tmp``) is removed on any error, and by the trainer's command line
-    when a killed process left one behind. Errors writing become ``OSError`` s naming ``path``.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException as error:
-        Path(tmp_name).unlink(missing_ok=True)
-        if isinstance(error, (OSError, RuntimeError)) and not isinstance(error, CheckpointError):
-            reason = " ".join(str(error).split())[:200]
-            raise OSError(f"could not write {path}: {reason} (is the disk full, or the folder read-only?)") from error
-        raise
-    _fsync_folder(path.parent)
-
-
-def _atomic_save(path: Path, payload: Any) -> None:
-    """``torch.save`` atomically (see :func:`atomic_write`)."""
-    atomic_write(path, lambda f: torch.save(payload, f))
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename durable: on POSIX the folder entry itself must reach the disk (no-op elsewhere)."""
-    if os.name != "posix":
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems do not support fsync on folders
-    finally:
-        os.close(fd)
-
-
-def load_checkpoint(path: str | Path, map_location: str | torch.device | None = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`, with ``torch.load(weights_only=True)``.
-
-    ``weights_only=True`` unpickles only plain values and tensors, so a checkpoint from elsewhere
-    cannot run code when loaded.
-
-    Raises:
-        FileNotFoundError: there is no file at ``path``.
-        CheckpointError: the file is not a checkpoint of this format (another file, a truncated
-            one, a plain state_dict, another format version).
-    """
-    path = Path(path)
-    if not path.is_file():
-        hint = " (it is a folder; checkpoints are files such as FOLDER/checkpoint.pt)" if path.is_dir() else ""
-        raise FileNotFoundError(
-            f"no checkpoint at {path}{hint}; train one with `python -m transformer_lib.train --task reverse --out FOLDER`"
-        )
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as error:  # noqa: BLE001 - torch raises many kinds for a file that is not a checkpoint
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise CheckpointError(
-            f"{path} is not a transformer_lib checkpoint: torch.load(weights_only=True) failed with "
-            f"{type(error).__name__}: {first_line[:200]}"
-        ) from error
-    if not isinstance(checkpoint, dict) or "format_version" not in checkpoint:
-        kind = "dict" if isinstance(checkpoint, dict) else type(checkpoint).__name__
-        raise CheckpointError(
-            f"{path} holds a {kind} without 'format_version': not a transformer_lib checkpoint "
-            "(a bare state_dict, perhaps; load that with model.load_state_dict(torch.load(...)))"
-        )
-    if checkpoint["format_version"] != CHECKPOINT_FORMAT_VERSION:
-        raise CheckpointError(
-            f"{path} has checkpoint format_version {checkpoint['format_version']!r}; this library reads "
-            f"version {CHECKPOINT_FORMAT_VERSION}"
-        )
-    _check_keys(checkpoint, str(path))
-    stored = checkpoint.get("checksum")  # absent in checkpoints written before checksums existed
-    if stored is not None:
-        expected = stored.get("sha256") if isinstance(stored, dict) else None
-        if checkpoint_digest(checkpoint) != expected:
-            raise CheckpointError(
-                f"{path} is corrupt: its contents do not match the SHA-256 checksum stored when it was "
-                "written (the file changed on disk or in a copy); use a backup, or start over with --restart"
-            )
-    return checkpoint
-
-
-# --- 7. Checkpoint averaging -------------------------------------------------------------------
-
-
-def kept_weights(folder: str | Path) -> list[Path]:
-    """The weight files :meth:`Trainer.save` keeps (``TrainConfig.keep_weights``), oldest first."""
-    return sorted(Path(folder).glob("step_*.pt"))
-
-
-def average_checkpoints(sources: Sequence[str | Path | Mapping[str, Tensor]]) -> dict[str, Tensor]:
-    """The element-wise mean of several models' weights: checkpoint averaging.
-
-    The paper's base models average the last 5 checkpoints, written 10 minutes apart (Vaswani et
-    al. 2017, section 6.1). Late in training, successive checkpoints scatter around a minimum that
-    the optimizer keeps overshooting; their mean usually lies closer to it, and typically scores a
-    little higher (often ~0.5 BLEU) at no training cost. It only makes sense for checkpoints of one
-    run (weights that differ by a few updates), never for separately trained models.
-
-    Floating-point tensors are averaged in float64 and returned in their own dtype; other tensors
-    (integer buffers) must be equal in every source.
-
-    Args:
-        sources: model ``state_dict`` s, or paths to files holding one: a checkpoint (its
-            ``model_state``) or a weight file kept by :meth:`Trainer.save`.
-
-    Returns:
-        A ``state_dict`` for ``model.load_state_dict``.
-
-    Example:
-        >>> a, b = {"w": torch.tensor([1.0, 2.0])}, {"w": torch.tensor([3.0, 6.0])}
-        >>> average_checkpoints([a, b])["w"]
-        tensor([2., 4.])
-    """
-    if isinstance(sources, (str, Path)) or len(sources) == 0:
-        raise ValueError("average_checkpoints needs a list of at least one state_dict or file")
-    states = []
-    for source in sources:
-        if isinstance(source, (str, Path)):
-            loaded = torch.load(source, map_location="cpu", weights_only=True)
-            source = loaded["model_state"] if isinstance(loaded, dict) and "model_state" in loaded else loaded
-        states.append(source)
-    first = states[0]
-    for i, state in enumerate(states[1:], start=1):
-        if set(state) != set(first):
-            raise ValueError(
-                f"source {i} has different weights than source 0 (only in 0: {sorted(set(first) - set(state))[:5]}, "
-                f"only in {i}: {sorted(set(state) - set(first))[:5]}): average checkpoints of one model only"
-            )
-    averaged = {}
-    for name, tensor in first.items():
-        shapes = {tuple(state[name].shape) for state in states}
-        if len(shapes) > 1:
-            raise ValueError(f"{name} has different shapes in the sources: {sorted(shapes)}")
-        if tensor.is_floating_point():
-            total = torch.zeros(tensor.shape, dtype=torch.float64)
-            for state in states:
-                total += state[name].detach().to("cpu", torch.float64)
-            averaged[name] = (total / len(states)).to(tensor.dtype)
-        else:
-            if any(not torch.equal(state[name].cpu(), tensor.cpu()) for state in states):
-                raise ValueError(f"{name} is not floating point and differs between the sources; it cannot be averaged")
-            averaged[name] = tensor.detach().cpu().clone()
-    return averaged

@@ -33,18 +33,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
+from .checkpoint import CheckpointError, load_checkpoint
 from .batching import SOURCE_FORMAT, pad_sequences
 from .multi30k import load_multi30k
 from .toy_tasks import TOY_TASKS
 from .vocab import Vocab, tokenizer
 from .decoding import beam_search, greedy_decode
+from .device import default_device
+from .distributed import get_rank, get_world_size
 from .evaluation import BleuScore, bleu_scores, detokenize
 from .masking import padding_mask
 from .model import Transformer, TransformerConfig
 from .subword import SubwordTokenizer
-from .training import CheckpointError, TrainingDiverged, load_checkpoint
+from .training import TrainingDiverged
 
 __all__ = [
     "TranslationError",
@@ -59,14 +63,13 @@ __all__ = [
 ]
 
 # How a source sentence becomes the encoder's input, by the checkpoint's data["source_format"]:
-# (add <bos>, add <eos>). Training writes data.SOURCE_FORMAT, "tokens+eos" (fairseq's layout); it
-# is the default for checkpoints that do not say.
+# (add <bos>, add <eos>). Training writes batching.SOURCE_FORMAT (the layout batching.collate makes; a
+# test checks the two agree), which is also the format of checkpoints that do not say.
 SOURCE_FORMATS: dict[str, tuple[bool, bool]] = {
     "tokens+eos": (False, True),
     "bos+tokens+eos": (True, True),
     "tokens": (False, False),
 }
-DEFAULT_SOURCE_FORMAT = SOURCE_FORMAT
 # The decoder may write this many tokens more than the source has (t2t's decode_length default).
 EXTRA_OUTPUT_TOKENS = 50
 
@@ -98,7 +101,7 @@ class Translator:
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu", task: str | None = None) -> Translator:
         """Rebuild the model from a checkpoint file; raises :class:`TranslationError` if it cannot.
 
-        The file is read by :func:`transformer_lib.training.load_checkpoint` (``weights_only``, so
+        The file is read by :func:`transformer_lib.checkpoint.load_checkpoint` (``weights_only``, so
         no code runs while loading, and its checksum is verified); its errors become
         :class:`TranslationError` s. ``task``: refuse a checkpoint trained on another task.
         """
@@ -135,7 +138,7 @@ class Translator:
             for key in ("src_lang", "tgt_lang"):
                 if key not in data:
                     raise TranslationError(f"{path} is an incompatible checkpoint: data[{key!r}] is missing")
-        source_format = data.get("source_format", DEFAULT_SOURCE_FORMAT)
+        source_format = data.get("source_format", SOURCE_FORMAT)
         if source_format not in SOURCE_FORMATS:
             raise TranslationError(
                 f"{path} is an incompatible checkpoint: data['source_format']={source_format!r}, "
@@ -177,14 +180,13 @@ class Translator:
             raise TypeError("expected a list of sentences; wrap a single sentence in a list")
         if len(sentences) == 0:
             raise TranslationError("there is nothing to translate: no input sentence was given")
-        add_bos, add_eos = SOURCE_FORMATS[self.data.get("source_format", DEFAULT_SOURCE_FORMAT)]
         rows = []
         for i, sentence in enumerate(sentences, start=1):
             tokens = self.tokenize(_check_text(sentence, i))
             if not tokens:
                 raise TranslationError(f"input sentence {i} is empty; give some text to translate")
             self._check_known(tokens, i)
-            ids = self.src_vocab.encode(tokens, add_bos=add_bos, add_eos=add_eos)
+            ids = self.with_specials(self.src_vocab.encode(tokens))
             if len(ids) > self.max_source_tokens:
                 raise TranslationError(
                     f"input sentence {i} is {len(ids)} tokens long (with its special tokens), more than this "
@@ -192,6 +194,11 @@ class Translator:
                 )
             rows.append(ids)
         return rows
+
+    def with_specials(self, ids: Sequence[int]) -> list[int]:
+        """Source token ids (as prepared data hold them) with the specials of the checkpoint's source format."""
+        add_bos, add_eos = SOURCE_FORMATS[self.data.get("source_format", SOURCE_FORMAT)]
+        return [self.src_vocab.bos_id] * add_bos + list(ids) + [self.src_vocab.eos_id] * add_eos
 
     def _check_known(self, tokens: Sequence[str], i: int) -> None:
         """Toy tasks know only their symbols (refuse others); warn when a sentence is all unknown words."""
@@ -251,7 +258,10 @@ class Translator:
             raise TranslationError(f"beam size must be a positive integer, got {beam_size!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise TranslationError(f"batch size must be a positive integer, got {batch_size!r}")
-        rows = self.source_ids(sentences)  # checks every sentence before spending time on any
+        return self.decode_rows(self.source_ids(sentences), beam_size, batch_size)  # checks every sentence first
+
+    def decode_rows(self, rows: Sequence[Sequence[int]], beam_size: int = 1, batch_size: int = 64) -> list[list[str]]:
+        """Decode encoder inputs (ids with their specials) in batches of similar length; output tokens, in order."""
         # Sorting by length puts similar lengths in a batch: less padding, fewer wasted steps.
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         out: list[list[str]] = [[] for _ in rows]
@@ -292,7 +302,7 @@ def check_device(name: str | torch.device) -> torch.device:
 
 
 def read_multi30k_split(split: str, data_dir: str | Path | None, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
-    """``(source, reference)`` pairs of a Multi30k split, by :func:`transformer_lib.data.load_multi30k`.
+    """``(source, reference)`` pairs of a Multi30k split, by :func:`transformer_lib.multi30k.load_multi30k`.
 
     That function finds the files (``data_dir``, else the folder in ``MULTI30K_DIR``, else the
     download cache) and checks their SHA-256; here its errors become :class:`TranslationError` s,
@@ -308,13 +318,22 @@ def read_multi30k_split(split: str, data_dir: str | Path | None, src_lang: str, 
         raise TranslationError(str(error)) from None
 
 
+@torch.no_grad()
 def evaluate_bleu(
     translator: Translator,
-    pairs: Sequence[tuple[str, str]],
+    pairs: Sequence[tuple[str | Sequence[int], str]],
     beam_sizes: Sequence[int] = (1, 4),
     batch_size: int = 64,
 ) -> dict[str, dict[str, Any]]:
-    """Translate the sources with each beam size and score against the raw references.
+    """Translate the sources with each beam size and score against the raw references (sacrebleu).
+
+    Args:
+        pairs: ``(source, reference)``; the source is a sentence, or its token ids without specials
+            (prepared data, as the trainer holds them: no tokenizer runs).
+        beam_sizes: 1 is greedy decoding, more is beam search.
+
+    With several processes (a process group), each decodes every ``world_size``-th sentence and all
+    of them get every translation back, so each returns the same scores.
 
     Returns:
         ``{"greedy" | "beam N": {"bleu": BleuScore, "bleu_lowercased": BleuScore, "seconds": float,
@@ -323,12 +342,16 @@ def evaluate_bleu(
     """
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
+    if all(isinstance(source, str) for source in sources):
+        rows = translator.source_ids(sources)  # type: ignore[arg-type]
+    else:
+        rows = [translator.with_specials(source) for source in sources]  # type: ignore[arg-type]
     results: dict[str, dict[str, Any]] = {}
     for beam_size in beam_sizes:
         start = time.perf_counter()
-        tokens = translator.translate_tokens(sources, beam_size=beam_size, batch_size=batch_size)
+        tokens = _decode_shared(translator, rows, beam_size, batch_size)
         hypotheses = [translator.detokenize(t) for t in tokens]
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start  # decoding time, without scoring
         scores = bleu_scores(hypotheses, references)
         name = "greedy" if beam_size == 1 else f"beam {beam_size}"
         results[name] = {
@@ -339,6 +362,19 @@ def evaluate_bleu(
             "tokens": tokens,
         }
     return results
+
+
+def _decode_shared(translator: Translator, rows: list[list[int]], beam_size: int, batch_size: int) -> list[list[str]]:
+    """:meth:`Translator.decode_rows`, the work shared among the processes of a process group, if any."""
+    rank, world_size = get_rank(), get_world_size()
+    if world_size == 1:
+        return translator.decode_rows(rows, beam_size, batch_size)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))[rank::world_size]  # similar lengths per process
+    mine = dict(zip(order, translator.decode_rows([rows[i] for i in order], beam_size, batch_size)))
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, mine)
+    tokens = {i: row for part in gathered for i, row in part.items()}
+    return [tokens[i] for i in range(len(rows))]
 
 
 # Set to 1 for full tracebacks from the command lines (as --debug does).
@@ -403,7 +439,7 @@ def _run(args: argparse.Namespace) -> None:
         raise TranslationError('give a sentence to translate, e.g. "Ein Mann fährt Fahrrad.", or --eval val|test')
     if args.eval is not None and args.sentences:
         raise TranslationError("give either sentences to translate or --eval, not both")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device or default_device()
     translator = Translator.from_checkpoint(args.checkpoint, device=device)
 
     if args.eval is None:

@@ -9,8 +9,6 @@ unchanged on a laptop, in CI and on Colab with a GPU.
 
 Example:
     >>> steps = pick(fast=200, full=5000)   # in a chapter
-
-(``default_device`` is here until the library has its own device module.)
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from typing import Literal, TypeVar
 
 import torch
 
-__all__ = ["PROFILE_ENV", "current_profile", "pick", "default_device"]
+__all__ = ["PROFILE_ENV", "current_profile", "pick"]
 
 PROFILE_ENV = "TRANSFORMER_BOOK_PROFILE"
 Profile = Literal["fast", "full"]
@@ -41,7 +39,3 @@ def pick(fast: T, full: T) -> T:
     """The value for the current profile."""
     return fast if current_profile() == "fast" else full
 
-
-def default_device() -> torch.device:
-    """CUDA when available, else CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
