@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer_lib.kv_cache import CachedCrossAttention, CachedSelfAttention, kv_cache
 from transformer_lib.masking import causal_mask, padding_mask, to_torch_blocked
 from transformer_lib.reference import torch_multihead_attention
 
@@ -147,59 +146,6 @@ def test_self_attention_without_positions_is_permutation_equivariant(seed: int) 
     out, _ = mha(x, x, x)
     out_perm, _ = mha(x[:, perm], x[:, perm], x[:, perm])
     torch.testing.assert_close(out_perm, out[:, perm], atol=ATOL, rtol=0)
-
-
-def test_growing_cache_reproduces_full_causal_self_attention() -> None:
-    mha = MultiHeadAttention(8, 2).eval()
-    x = torch.randn(2, 5, 8)
-    full, _ = mha(x, x, x, mask=causal_mask(5))
-    cache = CachedSelfAttention(mha)
-    steps = []
-    for t in range(5):
-        step = x[:, t : t + 1]
-        out, _ = cache(step, step, step)  # one new query sees every cached key
-        steps.append(out)
-    assert cache.length == 5
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=ATOL, rtol=0)
-
-
-def test_static_cache_projects_memory_once_and_reuses_it() -> None:
-    mha = MultiHeadAttention(8, 2).eval()
-    memory, queries = torch.randn(2, 7, 8), torch.randn(2, 3, 8)
-    expected, _ = mha(queries, memory, memory)
-    cache = CachedCrossAttention(mha)
-    first, _ = cache(queries[:, :1], memory, memory)
-    key_before = cache.key
-    # once filled, the memory arguments are ignored: garbage there changes nothing
-    rest, _ = cache(queries[:, 1:], torch.full_like(memory, float("nan")), memory * 0)
-    assert cache.key is key_before and cache.length == 7
-    torch.testing.assert_close(torch.cat([first, rest], dim=1), expected, atol=ATOL, rtol=0)
-
-
-def test_cache_reorder_selects_batch_rows() -> None:
-    cache = CachedSelfAttention(MultiHeadAttention(2, 1))
-    cache.key, cache.value = torch.arange(3.0).view(3, 1, 1, 1), torch.arange(3.0).view(3, 1, 1, 1)
-    cache.reorder(torch.tensor([2, 2, 0]))
-    assert cache.key.flatten().tolist() == [2.0, 2.0, 0.0]
-    assert cache.value.flatten().tolist() == [2.0, 2.0, 0.0]
-
-
-def test_kv_cache_gives_the_model_its_modules_back_and_refuses_nesting() -> None:
-    from transformer_lib.model import Transformer, TransformerConfig
-
-    model = Transformer(TransformerConfig.from_preset("tiny", src_vocab_size=9, tgt_vocab_size=9))
-    before = [(layer.self_attn, layer.cross_attn) for layer in model.decoder.layers]
-    names = set(model.state_dict())
-    with pytest.raises(KeyError):
-        with kv_cache(model) as cache:
-            assert all(isinstance(layer.self_attn, CachedSelfAttention) for layer in model.decoder.layers)
-            assert len(cache.attentions) == 2 * len(before) and cache.length == 0
-            with pytest.raises(RuntimeError, match="already inside kv_cache"):
-                with kv_cache(model):
-                    pass
-            raise KeyError("an error inside the block")
-    assert [(layer.self_attn, layer.cross_attn) for layer in model.decoder.layers] == before
-    assert set(model.state_dict()) == names
 
 
 def test_clear_errors_for_bad_input() -> None:
