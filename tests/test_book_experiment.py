@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from transformer_lib.book.experiment import PROFILE_ENV, current_profile, pick
-from transformer_lib.device import default_device
 
 
 @pytest.mark.parametrize(("value", "expected"), [("fast", "fast"), ("full", "full"), (" FULL ", "full")])
@@ -21,7 +20,6 @@ def test_unset_it_follows_the_gpu(monkeypatch: pytest.MonkeyPatch, cuda: bool) -
     monkeypatch.delenv(PROFILE_ENV, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     assert current_profile() == ("full" if cuda else "fast")
-    assert default_device() == torch.device("cuda" if cuda else "cpu")
 
 
 def test_a_bad_value_names_itself_and_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -69,3 +69,21 @@ def test_the_book_package_imports_none_of_its_modules() -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {"found": {}, "elsewhere": []}
+
+
+def test_every_core_module_is_on_the_map_with_its_tests() -> None:
+    """A newcomer finds a concept's module, chapter and tests by one name: the package docstring
+    lists every core module, and the README's table names each module's test files, which exist."""
+    import re
+
+    import transformer_lib
+
+    modules = {name.split(".", 1)[1] for name in CORE}
+    listed = set(re.findall(r"^    (\w+) ", transformer_lib.__doc__, re.M))
+    assert modules <= listed, f"missing from transformer_lib/__init__.py's map: {sorted(modules - listed)}"
+    readme = (ROOT / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \|.*\| ([^|]*test_[^|]*) \|$", readme, re.M))
+    assert modules <= set(rows), f"missing from the README's table: {sorted(modules - set(rows))}"
+    for module, tests in rows.items():
+        for test in re.findall(r"`(test_\w+\.py)`", tests):
+            assert (ROOT / "tests" / test).is_file(), f"README: {module}'s tests {test} do not exist"
