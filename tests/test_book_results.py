@@ -110,3 +110,14 @@ def test_the_committed_full_run_is_complete_and_shown_by_the_helpers() -> None:
         assert scores["lowercased"]["signature"].startswith("nrefs:1|case:lc|")
     assert list(results_table(run).index) == ["val", "test"]
     assert "sacreBLEU: nrefs:1|case:mixed" in describe_run(run)
+
+
+def test_recipe_reads_old_and_new_settings_names() -> None:
+    """Results files from before the settings took TrainConfig's names say "warmup"; newer ones
+    "warmup_steps": the recipe table reads both."""
+    from transformer_lib.book.results import recipe
+
+    base = {"data": {"tokenizer": "bpe", "vocab_size": 8000}, "model_config": {"norm_first": True, "dropout": 0.1}}
+    old = recipe({**base, "settings": {"schedule": "noam", "lr": 3e-3, "warmup": 800}})
+    new = recipe({**base, "settings": {"schedule": "noam", "lr": 3e-3, "warmup_steps": 800}})
+    assert old == new and new["warm-up"] == 800
