@@ -42,7 +42,7 @@ from transformer_lib.model import Transformer, TransformerConfig  # noqa: E402
 
 # Multi30k with spaCy tokens and min_freq=2: 8,014 German and 6,191 English tokens (specials included).
 SRC_VOCAB, TGT_VOCAB = 8014, 6191
-UNREACHABLE_EOS = 10**9  # an id the model cannot produce: decoding runs exactly max_len steps
+UNREACHABLE_EOS = None  # no end token: decoding runs exactly max_len steps (an out-of-vocabulary id is refused)
 BOS, PAD = 2, 0
 
 
