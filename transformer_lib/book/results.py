@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..train import upgrade_settings
-
 __all__ = ["committed_results", "describe_run", "results_table", "bleu_table", "recipe", "recipe_table"]
 
 
@@ -130,15 +128,15 @@ def recipe(metrics: Mapping[str, Any]) -> dict[str, Any]:
         ...         "dropout": 0.1}, "settings": {"schedule": "noam", "lr": 0.0022, "warmup": 800}})
         {'tokens': 'BPE 8,000', 'LayerNorm': 'Post-LN', 'schedule': 'noam', 'peak lr': 0.0022, 'warm-up': 800, 'dropout': 0.1}
     """
-    # Files written before the settings took TrainConfig's names say "warmup", newer ones "warmup_steps".
-    data, config, settings = metrics["data"], metrics["model_config"], upgrade_settings(metrics["settings"])
+    data, config, settings = metrics["data"], metrics["model_config"], metrics["settings"]
     tokens = f"BPE {data['vocab_size']:,}" if data.get("tokenizer") == "bpe" else "words (spaCy)"
     return {
         "tokens": tokens,
         "LayerNorm": "Pre-LN" if config["norm_first"] else "Post-LN",
         "schedule": settings["schedule"],
         "peak lr": settings["lr"],
-        "warm-up": settings["warmup_steps"],
+        # Files written before the settings took TrainConfig's names say "warmup".
+        "warm-up": settings["warmup_steps"] if "warmup_steps" in settings else settings["warmup"],
         "dropout": config["dropout"],
     }
 
