@@ -10,7 +10,7 @@ import pytest
 
 from transformer_lib.book.results import bleu_table, committed_results, describe_run, results_table
 
-BOOK_RESULTS = Path(__file__).resolve().parents[1] / "book" / "results"  # what chapters pass as "results"
+BOOK_RESULTS = Path(__file__).resolve().parents[1] / "transformer_lib" / "book" / "runs"  # COMMITTED_RUNS, from the source tree
 
 
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
@@ -53,10 +53,18 @@ def test_committed_results_without_a_folder_is_empty(tmp_path: Path) -> None:
     assert committed_results(tmp_path / "nowhere") == {}
 
 
-def test_committed_results_has_no_default_folder() -> None:
-    """The library never reaches into the book's folders: the chapter says where its results are."""
-    with pytest.raises(TypeError):
-        committed_results()  # type: ignore[call-arg]
+def test_committed_results_are_package_data_found_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The website build runs each chapter in a temporary folder, Colab in /content: the default
+    folder is the package's own runs/, not a path relative to where the chapter runs, nor ../book."""
+    from transformer_lib.book.results import COMMITTED_RUNS
+
+    import transformer_lib
+
+    monkeypatch.chdir(tmp_path)
+    assert COMMITTED_RUNS.is_relative_to(Path(transformer_lib.__file__).parent)
+    runs = committed_results()
+    assert "multi30k_full_metrics" in runs and runs == committed_results(COMMITTED_RUNS)
+    assert len(committed_results(COMMITTED_RUNS / "recipes")) >= 20
 
 
 @pytest.mark.parametrize("content, message", [("{not json", "not valid JSON"), ('{"final": {}}', "lacks ['command', 'hardware']")])
@@ -93,7 +101,7 @@ def test_a_run_without_bleu() -> None:
 
 
 def test_the_committed_full_run_is_complete_and_shown_by_the_helpers() -> None:
-    """book/results/multi30k_full_metrics.json, which chapters 5 and 6 show: everything issue 7 asks a
+    """transformer_lib/book/runs/multi30k_full_metrics.json, which chapters 5 and 6 show: everything issue 7 asks a
     results file to hold, readable by the helpers the chapters call."""
     run = committed_results(BOOK_RESULTS)["multi30k_full_metrics"]
     assert run["task"] == "multi30k" and run["command"].startswith("python -m transformer_lib.train --task multi30k")

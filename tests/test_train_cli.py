@@ -219,7 +219,7 @@ def test_results_file_chooses_between_last_and_averaged_weights_by_validation(re
 
 
 def test_chapter_5_shows_the_committed_results_file(results_run: Path, tmp_path: Path) -> None:
-    """Chapter 5 shows book/results/multi30k_full_metrics.json when the repository has one: run its cell on ours."""
+    """Chapter 5 shows transformer_lib/book/runs/multi30k_full_metrics.json when the repository has one: run its cell on ours."""
     import pandas as pd
 
     from transformer_lib.book import results as book_results
@@ -227,12 +227,12 @@ def test_chapter_5_shows_the_committed_results_file(results_run: Path, tmp_path:
 
     book = json.loads((Path(__file__).parents[1] / "book" / "05_training.ipynb").read_text(encoding="utf-8"))
     (cell,) = [c for c in book["cells"] if c["cell_type"] == "code" and "multi30k_full_metrics.json" in "".join(c["source"])]
-    results = tmp_path / "repo" / "book" / "results"  # chapters run in book/ and pass "results"
+    results = tmp_path / "runs"  # in place of COMMITTED_RUNS
     results.mkdir(parents=True)
     (results / "multi30k_full_metrics.json").write_text((results_run / "metrics.json").read_text())
     shown: list = []
     namespace = {"pd": pd, "display": shown.append, "training_curves_chart": training_curves_chart,
-                 "committed_results": lambda folder: book_results.committed_results(results.parent / folder),
+                 "committed_results": lambda folder=results: book_results.committed_results(folder),
                  **{name: getattr(book_results, name) for name in ("describe_run", "results_table", "bleu_table")}}
     exec("".join(cell["source"]), namespace)  # noqa: S102 - the chapter's own code
     frames = [s for s in shown if isinstance(s, pd.DataFrame)]
@@ -266,10 +266,10 @@ def test_when_validation_prefers_the_average_it_is_written_to_model_pt(tmp_path:
 
 def test_the_full_profile_is_the_recipe_with_the_best_validation_bleu() -> None:
     """The trainer's full profile is the run chapter 5's comparison chose, so the book's recipe and
-    the command line cannot drift apart (book/results/recipes/, chosen on validation only)."""
+    the command line cannot drift apart (transformer_lib/book/runs/recipes/, chosen on validation only)."""
     from transformer_lib.book.results import committed_results, recipe_table
 
-    runs = committed_results(Path(__file__).resolve().parents[1] / "book" / "results" / "recipes")
+    runs = committed_results(Path(__file__).resolve().parents[1] / "transformer_lib" / "book" / "runs" / "recipes")
     best = runs[recipe_table(runs).index[0]]
     full, chosen = train.DEFAULTS["multi30k"]["full"], train.upgrade_settings(best["settings"])
     for key in ("preset", "tokenizer", "vocab_size", "schedule", "lr", "warmup_steps", "batch_size", "epochs",

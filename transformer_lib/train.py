@@ -115,7 +115,7 @@ DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         ),
         # All 29,000 pairs, the multi30k preset (d_model 256, 3+3 layers, Pre-LN) on one joint BPE
         # vocabulary of 8,000 tokens, the paper's Noam schedule peaking at 3e-3: the recipe with the
-        # best validation BLEU of chapter 5's comparison (book/results/recipes/), and an hour on a
+        # best validation BLEU of chapter 5's comparison (transformer_lib/book/runs/recipes/), and an hour on a
         # 2-core CPU. Validation BLEU (greedy) after every epoch, the last 5 epochs' weights averaged
         # if validation prefers it; 36.5 is the BLEU a popular tutorial reports (time to reach it).
         "full": dict(

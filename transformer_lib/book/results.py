@@ -1,8 +1,9 @@
 """The committed results of longer runs, as a chapter shows them (chapters 3, 5 and 6).
 
 A results file is the ``metrics.json`` that ``python -m transformer_lib.train`` writes, copied into
-``book/results/``. Chapters run in ``book/`` and pass the folder (``committed_results("results")``):
-the library never reaches into the book's folders itself.
+``transformer_lib/book/runs/`` (:data:`COMMITTED_RUNS`). They are package data of the book's
+support code, so a chapter finds them wherever it runs: in the repository, in the temporary folder
+the website build executes it in, and on Colab, where the library is installed from git.
 """
 
 from __future__ import annotations
@@ -12,24 +13,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["committed_results", "describe_run", "results_table", "bleu_table", "recipe", "recipe_table"]
+__all__ = ["COMMITTED_RUNS", "committed_results", "describe_run", "results_table", "bleu_table", "recipe", "recipe_table"]
 
 
 _RUN_KEYS = ("command", "hardware", "final")
 
+# Package data (pyproject.toml), beside this module: installed with the library.
+COMMITTED_RUNS = Path(__file__).resolve().parent / "runs"
 
-def committed_results(folder: str | Path) -> dict[str, dict[str, Any]]:
+
+def committed_results(folder: str | Path = COMMITTED_RUNS) -> dict[str, dict[str, Any]]:
     """The metrics files committed with the book, by name (the file name without ``.json``).
 
     Each file is the ``metrics.json`` that ``python -m transformer_lib.train`` writes (the command,
     the hardware, the settings, the final metrics per split, the loss history and, with ``--bleu``,
-    the BLEU of greedy and beam decoding), copied into ``book/results/``, e.g.
+    the BLEU of greedy and beam decoding), copied into :data:`COMMITTED_RUNS`, e.g.
     ``multi30k_full_metrics.json``.
 
     Args:
-        folder: where to look: ``"results"`` in a chapter (chapters run in ``book/``), e.g.
-            ``committed_results("results/recipes")`` for the recipe comparison. Installed from git
-            (Colab) there is no such folder, and there are no committed results to show.
+        folder: where to look: :data:`COMMITTED_RUNS` (default), or e.g.
+            ``COMMITTED_RUNS / "recipes"`` for the recipe comparison.
 
     Returns:
         ``{name: metrics}`` sorted by name; empty when the folder does not exist.
