@@ -195,10 +195,9 @@ def test_chapters_do_not_redefine_library_code(path: Path) -> None:
 # chapter's collapsed set-up cell (`hide-input`, before any exercise) is never taken for a solution.
 _EXERCISE = re.compile(r"\*\*Exercise (\d+)\b")
 # Jupyter Book 1 tags: `hide-cell` puts code and output behind one toggle; `hide-input` alone leaves
-# the output, which states the answer, printed under the question.
-_HIDE_BOTH = {"hide-cell", "remove-cell"}
-_HIDE_INPUT = {"hide-input", "remove-input"}
-_HIDE_OUTPUT = {"hide-output", "remove-output"}
+# the output, which states the answer, printed under the question; a `remove-*` tag takes the
+# solution away from the reader instead of putting it behind a toggle.
+_REMOVE = {"remove-cell", "remove-input", "remove-output"}
 
 
 def _exercises(nb: dict) -> list[tuple[str, list[dict]]]:
@@ -222,7 +221,7 @@ def _exercises(nb: dict) -> list[tuple[str, list[dict]]]:
 
 def _hides_code_and_output(cell: dict) -> bool:
     tags = set(cell.get("metadata", {}).get("tags", []))
-    return bool(tags & _HIDE_BOTH) or bool(tags & _HIDE_INPUT and tags & _HIDE_OUTPUT)
+    return not tags & _REMOVE and ("hide-cell" in tags or {"hide-input", "hide-output"} <= tags)
 
 
 def test_the_spoiler_rule_needs_code_and_output_hidden() -> None:
@@ -235,6 +234,7 @@ def test_the_spoiler_rule_needs_code_and_output_hidden() -> None:
     assert not _hides_code_and_output(cell("hide-input"))  # the answer printed under the question
     assert not _hides_code_and_output(cell("hide-output"))
     assert not _hides_code_and_output(cell())
+    assert not _hides_code_and_output(cell("remove-cell"))  # gone, not behind a toggle
     setup = cell("hide-input")  # a chapter's collapsed set-up cell comes before any exercise
     nb = {"cells": [setup, {"cell_type": "markdown", "source": "**Exercise 1.** Why?"},
                     cell("hide-cell"), cell("hide-input"), {"cell_type": "markdown", "source": "## Summary"}]}
@@ -253,7 +253,7 @@ def test_chapter_has_at_least_three_exercises_each_with_a_solution(path: Path) -
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_exercise_solutions_hide_their_code_and_their_output(path: Path) -> None:
-    """No spoilers: an answer's output (\"c = 2 ln 198 = 10.577\") must not be printed under its question."""
+    """No spoilers: an answer's output ("c = 2 ln 198 = 10.577") must not be printed under its question."""
     visible = [
         f"exercise {number} (cell {cell.get('id')}: tags {cell.get('metadata', {}).get('tags', [])})"
         for number, solution in _exercises(_load(path))
