@@ -190,11 +190,79 @@ def test_chapters_do_not_redefine_library_code(path: Path) -> None:
                 )
 
 
+# An exercise opens with a bold "**Exercise N.**" (or "**Exercise N (open-ended).**") in a markdown
+# cell; its solution is the code cells that follow, up to the next markdown cell. Found this way, a
+# chapter's collapsed set-up cell (`hide-input`, before any exercise) is never taken for a solution.
+_EXERCISE = re.compile(r"\*\*Exercise (\d+)\b")
+# Jupyter Book 1 tags: `hide-cell` puts code and output behind one toggle; `hide-input` alone leaves
+# the output, which states the answer, printed under the question; a `remove-*` tag takes the
+# solution away from the reader instead of putting it behind a toggle.
+_REMOVE = {"remove-cell", "remove-input", "remove-output"}
+
+
+def _exercises(nb: dict) -> list[tuple[str, list[dict]]]:
+    """``(number, solution cells)`` for each exercise of a notebook, in order."""
+    cells = nb["cells"]
+    exercises = []
+    for i, cell in enumerate(cells):
+        numbers = _EXERCISE.findall(_source(cell)) if cell["cell_type"] == "markdown" else []
+        assert len(numbers) <= 1, (
+            f"exercises {numbers} share one markdown cell: give each its own, followed by its solution"
+        )
+        if numbers:
+            solution = []
+            for following in cells[i + 1 :]:
+                if following["cell_type"] != "code":
+                    break
+                solution.append(following)
+            exercises.append((numbers[0], solution))
+    return exercises
+
+
+def _hides_code_and_output(cell: dict) -> bool:
+    tags = set(cell.get("metadata", {}).get("tags", []))
+    return not tags & _REMOVE and ("hide-cell" in tags or {"hide-input", "hide-output"} <= tags)
+
+
+def test_the_spoiler_rule_needs_code_and_output_hidden() -> None:
+    """The rule itself, on made-up cells: only code *and* output behind a toggle counts as hidden."""
+    def cell(*tags: str) -> dict:
+        return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": "print(42)"}
+
+    assert _hides_code_and_output(cell("hide-cell"))
+    assert _hides_code_and_output(cell("hide-input", "hide-output"))
+    assert not _hides_code_and_output(cell("hide-input"))  # the answer printed under the question
+    assert not _hides_code_and_output(cell("hide-output"))
+    assert not _hides_code_and_output(cell())
+    assert not _hides_code_and_output(cell("remove-cell"))  # gone, not behind a toggle
+    setup = cell("hide-input")  # a chapter's collapsed set-up cell comes before any exercise
+    nb = {"cells": [setup, {"cell_type": "markdown", "source": "**Exercise 1.** Why?"},
+                    cell("hide-cell"), cell("hide-input"), {"cell_type": "markdown", "source": "## Summary"}]}
+    [(number, solution)] = _exercises(nb)
+    assert number == "1" and len(solution) == 2 and all(c is not setup for c in solution)
+    assert [_hides_code_and_output(c) for c in solution] == [True, False]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_chapter_has_at_least_three_exercises_with_hidden_solutions(path: Path) -> None:
-    nb = _load(path)
-    solutions = [c for c in _code_cells(nb) if "hide-input" in c.get("metadata", {}).get("tags", [])]
-    assert len(solutions) >= 3, f"{path.name}: {len(solutions)} hidden solution cells, need at least 3"
+def test_chapter_has_at_least_three_exercises_each_with_a_solution(path: Path) -> None:
+    exercises = _exercises(_load(path))
+    assert len(exercises) >= 3, f"{path.name}: {len(exercises)} exercises, need at least 3"
+    unsolved = [number for number, solution in exercises if not solution]
+    assert not unsolved, f"{path.name}: exercises {unsolved} have no solution cell right after them"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercise_solutions_hide_their_code_and_their_output(path: Path) -> None:
+    """No spoilers: an answer's output ("c = 2 ln 198 = 10.577") must not be printed under its question."""
+    visible = [
+        f"exercise {number} (cell {cell.get('id')}: tags {cell.get('metadata', {}).get('tags', [])})"
+        for number, solution in _exercises(_load(path))
+        for cell in solution
+        if not _hides_code_and_output(cell)
+    ]
+    assert not visible, (
+        f"{path.name}: solutions whose code or output is visible; tag them hide-cell: {visible}"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

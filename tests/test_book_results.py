@@ -94,6 +94,14 @@ def test_describe_run_results_table_and_bleu_table() -> None:
     assert list(bleu_table(run_metrics(), "val").index) == ["greedy"]
 
 
+def test_describe_run_prints_no_machine_paths() -> None:
+    """A committed run's command names the folder it wrote to on its machine (/tmp/grid3/...): the
+    page shows the folder's name only, and leaves relative paths alone."""
+    command = "python -m transformer_lib.train --data runs/data.pt --out /tmp/grid3/bpe8k-pre-noam --no-progress"
+    first = describe_run({**run_metrics(), "command": command}).splitlines()[0]
+    assert first == "command:  python -m transformer_lib.train --data runs/data.pt --out …/bpe8k-pre-noam --no-progress"
+
+
 def test_a_run_without_bleu() -> None:
     metrics = {**run_metrics(), "bleu": None}
     assert bleu_table(metrics) is None

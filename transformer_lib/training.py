@@ -65,8 +65,8 @@ def label_smoothed_cross_entropy(
     r"""Cross-entropy against a smoothed target, skipping padding positions.
 
     With smoothing :math:`\varepsilon` the target distribution puts :math:`1-\varepsilon` on the
-    correct token and spreads :math:`\varepsilon` uniformly over all ``V`` tokens (paper section
-    5.4, :math:`\varepsilon = 0.1`), so per position
+    correct token and spreads :math:`\varepsilon` uniformly over all ``V`` tokens, the pad included,
+    as PyTorch does (the paper, section 5.4, gives only :math:`\varepsilon = 0.1`), so per position
 
     .. math:: \ell = (1-\varepsilon)\,(-\log p_y) + \varepsilon \cdot \tfrac{1}{V}\textstyle\sum_v (-\log p_v).
 

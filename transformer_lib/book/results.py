@@ -81,13 +81,21 @@ def describe_run(metrics: Mapping[str, Any]) -> str:
         size.append(f"{metrics['steps']:,} steps")
     if "training_time_s" in metrics:
         size.append(f"{metrics['training_time_s'] / 60:.1f} min of training")
-    lines = [f"command:  {metrics['command']}", f"hardware: {where} | torch {hardware.get('torch', '?')}"]
+    lines = [f"command:  {_without_machine_paths(metrics['command'])}",
+             f"hardware: {where} | torch {hardware.get('torch', '?')}"]
     if size:
         lines.append(", ".join(size))
     test_bleu = (metrics.get("bleu") or {}).get("test") or {}
     if "greedy" in test_bleu:
         lines.append(f"sacreBLEU: {test_bleu['greedy']['cased']['signature']}")
     return "\n".join(lines)
+
+
+def _without_machine_paths(command: str) -> str:
+    """``command`` with each absolute path cut to its last part (``--out /tmp/grid3/run`` becomes
+    ``--out …/run``): where a run wrote its files on its machine tells a reader nothing."""
+    return " ".join(f"…/{Path(word).name}" if word.startswith("/") and word != "/" else word
+                    for word in command.split(" "))
 
 
 def results_table(metrics: Mapping[str, Any]) -> Any:
