@@ -763,7 +763,7 @@ def vega_bundle() -> Path:
 
 
 def _chart_page(folder: Path, *, with_bundle: bool) -> None:
-    bundle = chart._repr_mimebundle_()
+    bundle = _demo_chart()._repr_mimebundle_()
     script = '<script defer src="vega-embed.js"></script>' if with_bundle else ""
     (folder / "chart.html").write_text(
         f'<!doctype html><html data-theme="light"><head><meta charset="utf-8">{script}</head>'
