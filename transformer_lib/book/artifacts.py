@@ -91,7 +91,8 @@ def sources_digest(sources: Sequence[str]) -> str:
 
 
 def _rounded(weights: torch.Tensor) -> list[Any]:
-    return torch.round(weights.float().cpu(), decimals=DECIMALS).tolist()
+    # in float64: float32's nearest value to 0.979 prints as 0.9789999723434448
+    return torch.round(weights.double().cpu(), decimals=DECIMALS).tolist()
 
 
 @torch.no_grad()
