@@ -247,19 +247,25 @@ def _explorer_records(
         grids = {"mean of heads": w[layer].mean(0), **{f"head {h + 1}": w[layer, h] for h in range(n_heads)}}
         records += [
             {"sentence": sentence, "attention": kind, "layer": f"layer {layer + 1}", "head": head,
-             "weights": np.round(grid, 3).tolist(), "query_pos": list(range(n_rows)), "rows": list(rows), "cols": list(cols)}
+             "weights": np.round(grid, 3).tolist()}
             for head, grid in grids.items()
         ]
     return records
 
 
 def _explorer_cells(chart: alt.Chart, labels: str) -> alt.Chart:
-    """The selected grid as one rectangle per query and key; axis labels follow the chosen sentence."""
+    """The selected grid as one rectangle per query and key; axis labels follow the chosen sentence.
+
+    ``labels`` (JSON): sentence -> attention -> [row tokens, column tokens]. The tokens are looked
+    up there, not stored with each of the hundreds of grids: the page stays small.
+    """
+    tokens = f"{labels}[datum.sentence][datum.attention]"
     return (
-        chart.transform_flatten(["weights", "query_pos"], as_=["row", "query_pos"])
+        chart.transform_calculate(query_pos="sequence(0, length(datum.weights))")
+        .transform_flatten(["weights", "query_pos"], as_=["row", "query_pos"])
         .transform_calculate(key_pos="sequence(0, length(datum.row))")
         .transform_flatten(["row", "key_pos"], as_=["weight", "key_pos"])
-        .transform_calculate(query="datum.rows[datum.query_pos]", key="datum.cols[datum.key_pos]")
+        .transform_calculate(query=f"{tokens}[0][datum.query_pos]", key=f"{tokens}[1][datum.key_pos]")
         .mark_rect(stroke="white", strokeWidth=0.5)
         .encode(
             x=alt.X("key_pos:O", axis=alt.Axis(title="key", orient="top", labelAngle=-60, labelAlign="left",
