@@ -241,12 +241,13 @@ def dumps(artifacts: Mapping[str, Any]) -> str:
     return number_list.sub(lambda m: "[" + ",".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
 
 
-def _git_commit() -> str | None:
+def _git(*args: str) -> str | None:
+    """The output of a git command in this package's checkout, or ``None`` (not a checkout, no git)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10)
     except OSError:
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def _provenance(args: argparse.Namespace, translator: Translator, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -266,7 +267,8 @@ def _provenance(args: argparse.Namespace, translator: Translator, metrics: Mappi
         "run": run,
         "parameters": sum(p.numel() for p in translator.model.parameters()),
         "model_config": dataclasses.asdict(translator.model.config),
-        "generator_git_commit": _git_commit(),
+        "generator_git_commit": _git("rev-parse", "HEAD"),
+        "generator_uncommitted_changes": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "transformer_lib")),
         "torch": torch.__version__,
     }
 
