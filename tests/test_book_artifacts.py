@@ -61,6 +61,7 @@ def test_the_committed_artifacts_are_small_text() -> None:
 def test_the_committed_artifacts_come_from_the_committed_run(committed: dict, metrics: dict) -> None:
     produced = committed["produced_by"]
     assert produced["command"].startswith("python -m transformer_lib.book.artifacts --checkpoint ")
+    assert len(produced["generator_git_commit"]) == 40 and produced["generator_uncommitted_changes"] is False
     run = produced["run"]
     assert run["metrics_file"] == METRICS.name
     assert run["command"] == metrics["command"]
