@@ -161,3 +161,49 @@ def test_the_committed_architecture_svg_has_the_diagrams_labels() -> None:
     assert sorted(labels_in_svg) == sorted(labels_in_code), (
         "book/images/architecture.svg is out of date: redraw it with architecture_diagram() and savefig"
     )
+
+
+# --- The attention explorer (chapter 6: the trained model's committed weights) -----------------
+
+
+def _explorer_sentence(source: list[str], output: list[str], seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    S, T = len(source), len(output)
+
+    def weights(*shape: int) -> list:
+        return torch.softmax(torch.randn(*shape, generator=g), -1).tolist()
+
+    return {"source": " ".join(source), "source_tokens": source, "output_tokens": output,
+            "decoder_input_tokens": ["<bos>", *output[:-1]], "encoder_self": weights(2, 3, S, S),
+            "decoder_self": weights(2, 3, T, T), "decoder_cross": weights(2, 3, T, S)}
+
+
+def test_attention_explorer_picks_sentence_attention_layer_and_head() -> None:
+    from transformer_lib.book.figures import attention_explorer
+
+    sentences = [_explorer_sentence(["Zwei", "Hunde", "<eos>"], ["Two", "dogs", "the", "<eos>"], 0),
+                 _explorer_sentence(["a", "b", "c", "d", "<eos>"], ["x", "<eos>"], 1)]
+    chart = attention_explorer(sentences, title="t")
+    spec = chart.to_dict()
+    params = {p["name"]: p for p in spec["params"]}
+    assert list(params) == ["sentence", "attention", "layer", "head"]
+    assert params["sentence"]["bind"]["options"] == ["1. Zwei Hunde <eos>", "2. a b c d <eos>"]
+    assert params["attention"]["value"] == "cross-attention"
+    assert params["head"]["bind"]["options"] == ["mean of heads", "head 1", "head 2", "head 3"]
+    assert len(spec["data"]["values"]) == 2 * 3 * 2 * 4  # sentences x kinds x layers x (heads + mean)
+    assert spec["width"] == spec["height"] == 24 * 5  # fixed: the longest sentence
+    # what Vega draws first: sentence 1's cross-attention, layer 1, the mean of the heads
+    cells = _rendered_cells(chart)
+    assert len(cells) == 4 * 3
+    mean = torch.tensor(sentences[0]["decoder_cross"][0]).mean(0)  # (T, S)
+    for cell in cells:
+        q, k = int(cell["query position"]), int(cell["key position"])
+        assert (cell["query"], cell["key"]) == (sentences[0]["output_tokens"][q], sentences[0]["source_tokens"][k])
+        assert float(cell["weight"]) == pytest.approx(mean[q, k].item(), abs=6e-4)
+    # the axes are labelled with the chosen sentence's tokens ("the" and "dogs" once each: no merging)
+    svg = vl_convert.vegalite_to_svg(spec)
+    labels = [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)]
+    assert {"Zwei", "Hunde", "Two", "dogs", "the"} <= set(labels)
+    spec["params"][0]["value"] = "2. a b c d <eos>"  # choose the other sentence
+    labels = [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", vl_convert.vegalite_to_svg(spec))]
+    assert {"a", "d", "x"} <= set(labels) and "Hunde" not in labels

@@ -5,6 +5,8 @@
     figures     the chapters' figures (altair charts and matplotlib axes)
     experiment  the fast/full experiment-size switch (``TRANSFORMER_BOOK_PROFILE``, ``pick``)
     results     the committed results of longer runs, shown as tables (chapters 3, 5, 6)
+    artifacts   a trained model's translations, samples and attention weights, committed as JSON
+                (``python -m transformer_lib.book.artifacts``; chapters 5 and 6 show them)
     measure     the memory probe of chapter 7 and the benchmarks
 
 Import the modules (``from transformer_lib.book.figures import attention_heatmap``); this file

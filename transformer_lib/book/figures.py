@@ -183,6 +183,107 @@ def _attention_cells(
     )
 
 
+# What each kind of attention relates: (rows: the queries, columns: the keys), by the names that
+# transformer_lib.book.artifacts.attention_weights gives them.
+ATTENTION_KINDS = {
+    "decoder_cross": ("cross-attention", "output_tokens", "source_tokens"),
+    "encoder_self": ("encoder self-attention", "source_tokens", "source_tokens"),
+    "decoder_self": ("decoder self-attention", "output_tokens", "decoder_input_tokens"),
+}
+
+
+def attention_explorer(sentences: Sequence[Mapping[str, Any]], *, title: str | None = None, cell_size: int = 24) -> alt.Chart:
+    """Every attention weight of a few sentences in one chart: pick the sentence, the attention
+    (cross, encoder self or decoder self), the layer and the head (or the mean of the heads).
+
+    Rows are queries, columns keys; in the decoder a row is labelled with the token written at that
+    step. The colour scale is 0 to 1 for every choice, so they can be compared. The chart has a
+    fixed size, that of the longest sentence.
+
+    Args:
+        sentences: one mapping per sentence as :func:`transformer_lib.book.artifacts.attention_weights`
+            returns it (and the committed artifacts hold it): ``source``, ``source_tokens`` (``S``),
+            ``output_tokens`` and ``decoder_input_tokens`` (``T``), and ``encoder_self``
+            ``(N, H, S, S)``, ``decoder_self`` ``(N, H, T, T)``, ``decoder_cross`` ``(N, H, T, S)``.
+
+    Returns:
+        An ``alt.Chart`` with parameters ``sentence``, ``attention``, ``layer`` and ``head``
+        (dropdowns), whose data holds one record per choice (its grid, and its row and column tokens).
+    """
+    if not sentences:
+        raise ValueError("attention_explorer needs at least one sentence")
+    names = [f"{i + 1}. {s['source']}" for i, s in enumerate(sentences)]
+    records, labels = [], {}
+    for name, sentence in zip(names, sentences):
+        labels[name] = {}
+        for kind, (kind_name, rows, cols) in ATTENTION_KINDS.items():
+            labels[name][kind_name] = [list(sentence[rows]), list(sentence[cols])]
+            records += _explorer_records(name, kind_name, _attention_grids(sentence[kind]), sentence[rows], sentence[cols])
+    w = _attention_grids(sentences[0]["decoder_cross"])
+    menus = {
+        "sentence": names,
+        "attention": [kind_name for kind_name, _, _ in ATTENTION_KINDS.values()],
+        "layer": [f"layer {i + 1}" for i in range(w.shape[0])],
+        "head": ["mean of heads", *[f"head {h + 1}" for h in range(w.shape[1])]],
+    }
+    chart = alt.Chart(alt.Data(values=records))
+    for param_name, options in menus.items():
+        param = alt.param(name=param_name, value=options[0], bind=alt.binding_select(options=options, name=f"{param_name} "))
+        chart = chart.add_params(param).transform_filter(alt.datum[param_name] == param)
+    size = cell_size * max(len(s[key]) for s in sentences for key in ("source_tokens", "output_tokens"))
+    chart = _explorer_cells(chart, json.dumps(labels, ensure_ascii=False)).properties(width=size, height=size)
+    return chart if title is None else chart.properties(title=title)
+
+
+def _explorer_records(
+    sentence: str, kind: str, w: np.ndarray, rows: Sequence[str], cols: Sequence[str]
+) -> list[dict[str, Any]]:
+    """One record per layer and head (and the mean of the heads) of one sentence's attention."""
+    n_layers, n_heads, n_rows, n_cols = w.shape
+    _check_labels(rows, n_rows, "query")
+    _check_labels(cols, n_cols, "key")
+    records = []
+    for layer in range(n_layers):
+        grids = {"mean of heads": w[layer].mean(0), **{f"head {h + 1}": w[layer, h] for h in range(n_heads)}}
+        records += [
+            {"sentence": sentence, "attention": kind, "layer": f"layer {layer + 1}", "head": head,
+             "weights": np.round(grid, 3).tolist()}
+            for head, grid in grids.items()
+        ]
+    return records
+
+
+def _explorer_cells(chart: alt.Chart, labels: str) -> alt.Chart:
+    """The selected grid as one rectangle per query and key; axis labels follow the chosen sentence.
+
+    ``labels`` (JSON): sentence -> attention -> [row tokens, column tokens]. The tokens are looked
+    up there, not stored with each of the hundreds of grids: the page stays small.
+    """
+    tokens = f"{labels}[datum.sentence][datum.attention]"
+    return (
+        chart.transform_calculate(query_pos="sequence(0, length(datum.weights))")
+        .transform_flatten(["weights", "query_pos"], as_=["row", "query_pos"])
+        .transform_calculate(key_pos="sequence(0, length(datum.row))")
+        .transform_flatten(["row", "key_pos"], as_=["weight", "key_pos"])
+        .transform_calculate(query=f"{tokens}[0][datum.query_pos]", key=f"{tokens}[1][datum.key_pos]")
+        .mark_rect(stroke="white", strokeWidth=0.5)
+        .encode(
+            x=alt.X("key_pos:O", axis=alt.Axis(title="key", orient="top", labelAngle=-60, labelAlign="left",
+                                               labelExpr=f"{labels}[sentence][attention][1][datum.value]")),
+            y=alt.Y("query_pos:O", axis=alt.Axis(title="query", labelAngle=0,
+                                                 labelExpr=f"{labels}[sentence][attention][0][datum.value]")),
+            color=alt.Color("weight:Q", scale=alt.Scale(scheme="blues", domain=[0.0, 1.0]), legend=alt.Legend(title="weight")),
+            tooltip=[
+                alt.Tooltip("query:N", title="query"),
+                alt.Tooltip("key:N", title="key"),
+                alt.Tooltip("weight:Q", title="weight", format=".3f"),
+                alt.Tooltip("query_pos:O", title="query position"),
+                alt.Tooltip("key_pos:O", title="key position"),
+            ],
+        )
+    )
+
+
 def mask_heatmap(
     mask: Any,
     query_tokens: Sequence[str],
