@@ -1,0 +1,87 @@
+"""``pip install`` from the repository gives a working library, from any folder.
+
+A new virtual environment gets this interpreter's third-party packages (pip included) through a ``.pth`` file (torch
+and the rest are large, and what is tested here is our package, not PyPI), but not ``transformer_lib``:
+an editable install is an import hook that a ``.pth`` directory entry does not run. Then ``pip
+install git+file://<this repository>`` installs the committed code, exactly the path the chapters'
+Colab set-up cell takes, and the library is used from an empty folder: the package data is there (the
+chart script, the committed results and artifacts the chapters show), and the train CLI writes where
+it is told and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a clone of the repository"
+)
+
+_PROBE = """
+import json, transformer_lib
+from transformer_lib.book import charts, results, artifacts
+runs = results.committed_results()
+print(json.dumps({
+    "file": transformer_lib.__file__,
+    "script": len(charts._embed_script()),
+    "runs": sorted(runs),
+    "recipes": len(results.committed_results(results.COMMITTED_RUNS / "recipes")),
+    "artifacts": artifacts.load_artifacts() is not None,
+}))
+"""
+
+
+def _run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The python of a new venv with transformer_lib installed from git+file:// of this clone."""
+    home = tmp_path_factory.mktemp("install")
+    venv.EnvBuilder(with_pip=False).create(home / "venv")  # pip and setuptools come with the .pth below
+    python = home / "venv" / "bin" / "python"
+    site = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=home).stdout.strip())
+    (site / "third_party.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    before = _run(python, "-c", "import transformer_lib", cwd=home)
+    assert before.returncode != 0, "the new environment must not see this checkout's transformer_lib"
+    pip = _run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+               f"transformer_lib @ git+file://{ROOT}", cwd=home)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    return python
+
+
+def test_the_installed_package_has_its_data(installed: Path, tmp_path: Path) -> None:
+    probe = _run(installed, "-c", _PROBE, cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert "site-packages" in found["file"] and not found["file"].startswith(str(ROOT)), found["file"]
+    assert "multi30k_full_metrics" in found["runs"], "chapters 5 and 6 show the committed full run"
+    assert found["recipes"] >= 20 and found["artifacts"] and found["script"] > 1000, found
+
+
+def test_the_train_cli_writes_where_it_is_told_from_any_folder(installed: Path, tmp_path: Path) -> None:
+    work, out = tmp_path / "work", tmp_path / "elsewhere" / "run"
+    work.mkdir()
+    run = _run(installed, "-m", "transformer_lib.train", "--task", "reverse", "--n-train", "500", "--n-heldout", "50",
+               "--max-len", "5", "--max-steps", "3", "--eval-every", "3", "--no-progress", "--out", str(out), cwd=work)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert {"checkpoint.pt", "metrics.json"} <= {p.name for p in out.iterdir()}
+    assert not any(work.iterdir()), f"the CLI wrote into the folder it ran from: {list(work.iterdir())}"
+    translate = _run(installed, "-m", "transformer_lib.translate", "--checkpoint", str(out / "checkpoint.pt"),
+                     "1 2 3", cwd=work)
+    assert translate.returncode == 0, translate.stderr[-3000:]
+    assert translate.stdout.strip(), "a translation is printed"
