@@ -883,7 +883,7 @@ def test_charts_display_through_the_book_renderer_as_valid_notebook_outputs() ->
 
     chart = _demo_chart()
     assert alt.renderers.active == charts.CHART_RENDERER
-    bundle = chart._repr_mimebundle_()
+    bundle = _demo_chart()._repr_mimebundle_()
     html = bundle["text/html"]
     assert 'class="tt-altair"' in html and "data:image/svg+xml;base64," in html
     assert html.count("</script>") == 1, "nothing in the spec may end the script early"
@@ -899,7 +899,7 @@ def vega_bundle() -> Path:
 
 
 def _chart_page(folder: Path, *, with_bundle: bool) -> None:
-    bundle = chart._repr_mimebundle_()
+    bundle = _demo_chart()._repr_mimebundle_()
     script = '<script defer src="vega-embed.js"></script>' if with_bundle else ""
     (folder / "chart.html").write_text(
         f'<!doctype html><html data-theme="light"><head><meta charset="utf-8">{script}</head>'
