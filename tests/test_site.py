@@ -424,7 +424,10 @@ CODE_SHARE_JS = """() => {
 CLIPPED_JS = """(strictCharts) => {
   const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   article.querySelectorAll("details").forEach(d => { d.open = true; });
-  const col = article.getBoundingClientRect();
+  // the column: the article's content box (its padding is the page's margin)
+  const box = article.getBoundingClientRect(), pad = getComputedStyle(article);
+  const col = {left: box.left + parseFloat(pad.paddingLeft), right: box.right - parseFloat(pad.paddingRight)};
+  col.width = col.right - col.left;
   const shown = e => e.getClientRects().length > 0;
   const text = e => (e.getAttribute("aria-label") || e.getAttribute("alt")
     || (e.querySelector("img[alt]") && e.querySelector("img[alt]").alt)
@@ -452,14 +455,18 @@ CLIPPED_JS = """(strictCharts) => {
     if (e.scrollWidth > e.clientWidth + 1) add(e, kind, "lines wider than the block (not wrapped)");
     else if (sticksOut(e.getBoundingClientRect())) add(e, kind, "block wider than the column");
   }
-  const boxes = [["table", "table"], ["math", "mjx-container[display='true'], div.math:not(:has(mjx-container))"],
+  const boxes = [["table", "table"], ["math", "mjx-container, div.math:not(:has(mjx-container))"],
                  ["chart", ".tt-altair"], ["image", "img"], ["output", ".cell_output > .output, .cell_output > div"],
                  ["inline code", "code:not(pre code)"]];
   for (const [kind, selector] of boxes) {
     for (const e of article.querySelectorAll(selector)) {
       if (!shown(e) || seen.has(e)) continue;
       const r = e.getBoundingClientRect();
-      const over = e.scrollWidth > e.clientWidth + 1 || sticksOut(r);
+      // inline (maths in a sentence, inline code, images): only where it ends counts (clientWidth is 0,
+      // or a few px short of the ink of an italic glyph)
+      const inline = getComputedStyle(e).display.startsWith("inline")
+        || (e.tagName === "MJX-CONTAINER" && e.getAttribute("display") !== "true");
+      const over = (!inline && e.scrollWidth > e.clientWidth + 1) || sticksOut(r);
       if (!over) continue;
       const s = scroller(e);
       const scrolls = s && !sticksOut(s.getBoundingClientRect());
