@@ -490,6 +490,12 @@ FIGURE_SCALES_JS = """() => Array.from(document.querySelectorAll(".cell_output i
   .map(i => ({shown: Math.round(i.getBoundingClientRect().width), drawn: i.naturalWidth,
               text: (i.alt || i.src.split("/").pop()).slice(0, 70)}))"""
 
+# Matplotlib figures are drawn for a white page; in dark mode the site inverts them (_static/site.css)
+# instead of showing them as white cards. The figures that are not inverted:
+WHITE_FIGURES_JS = """() => Array.from(document.querySelectorAll(".cell_output img:not(.tt-altair-static)"))
+  .filter(i => i.getClientRects().length && !getComputedStyle(i).filter.includes("invert"))
+  .map(i => (i.alt || i.src.split("/").pop()).slice(0, 70))"""
+
 RAW_CHART_TEXT = re.compile(r"alt\.\w*Chart\(\.\.\.\)|<VegaLite \d+ object>")
 
 
@@ -727,6 +733,7 @@ def test_page_in_dark_mode(browser: Any, site: str, path: str) -> None:
                 problems += found
         images, found = check_images(page)
         problems += found
+        problems += [f"a matplotlib figure stays white in dark mode: {f}" for f in page.evaluate(WHITE_FIGURES_JS)]
         page.screenshot(path=shot, full_page=True, animations="disabled")
         problems += record.problems()
         write_report(
