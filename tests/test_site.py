@@ -72,7 +72,8 @@ CHROMIUM_FLAGS = [
 ]
 VIEWPORT = {"width": 1280, "height": 900}
 # The layout test reads every page at a laptop's width and a phone's (an iPhone 12-15's CSS size).
-LAYOUT_VIEWPORTS = {"desktop": VIEWPORT, "phone": {"width": 390, "height": 844}}
+# And printed: the print stylesheet at an A4 page's width (210 mm less margins, at 96 px an inch).
+LAYOUT_VIEWPORTS = {"desktop": VIEWPORT, "phone": {"width": 390, "height": 844}, "print": {"width": 720, "height": 1000}}
 CHART_TIMEOUT_MS = 20_000
 MIN_CONTRAST = 4.5  # WCAG AA for normal-size text; axis labels are small
 
@@ -756,19 +757,24 @@ def test_page_in_dark_mode(browser: Any, site: str, path: str) -> None:
 @pytest.mark.parametrize("viewport", list(LAYOUT_VIEWPORTS))
 @pytest.mark.parametrize("path", PAGES)
 def test_nothing_is_clipped(browser: Any, site: str, path: str, viewport: str) -> None:
-    """At a laptop's and a phone's width no code, output, table, equation or chart is cut off (see
-    ``CLIPPED_JS`` for what counts); the report also records how much of the page is visible code."""
-    shot = screenshot_path(path, viewport) if viewport != "desktop" else None
+    """At a laptop's and a phone's width, and printed, no code, output, table, equation or chart is cut
+    off (see ``CLIPPED_JS`` for what counts); the report also records how much of the page is visible
+    code. The printed page goes to ``_build/screenshots/<page>.print.pdf``."""
+    shot = screenshot_path(path, viewport) if viewport == "phone" else None
     with visit(browser, site, viewport=LAYOUT_VIEWPORTS[viewport]) as (page, record):
         problems = open_page(page, record, path)
         problems += check_math(page)[1]  # waits for MathJax: typeset equations have their real width
         problems += wait_for_charts(page)
+        if viewport == "print":
+            page.emulate_media(media="print")
+            shot = screenshot_path(path, viewport).with_suffix(".pdf")
+            page.pdf(path=shot, format="A4")
         share = page.evaluate(CODE_SHARE_JS)
-        if shot:
+        if viewport == "phone":
             page.screenshot(path=shot, full_page=True, animations="disabled")
         figures = page.evaluate(FIGURE_SCALES_JS)
         shrunk = [f for f in figures if f["shown"] < MIN_FIGURE_SCALE * f["drawn"]]
-        if viewport == "desktop":  # on a phone every wide figure shrinks; there the reader can zoom
+        if viewport == "desktop":  # on a phone or paper every wide figure shrinks; there the reader can zoom
             problems += [
                 f"figure drawn {f['drawn']} px wide, shown at {f['shown']} px: its text is under ~9 px ({f['text']})"
                 for f in shrunk
