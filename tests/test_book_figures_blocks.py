@@ -81,6 +81,11 @@ def test_loss_curves_chart_uses_the_given_steps_and_checks_lengths() -> None:
     chart = figures.loss_curves_chart({"run": [3.0, 2.0, 1.0]}, steps=[10, 20, 30], log_y=True)
     assert [r["x"] for r in _values(chart)] == [10, 20, 30]
     assert chart.to_dict()["encoding"]["y"]["scale"]["type"] == "log"
+    # a log axis fitted to the values, not rounded out to powers of 10 (an empty band down to 0.01)
+    assert chart.to_dict()["encoding"]["y"]["scale"]["domain"] == pytest.approx([0.95, 3.15])
+    smooth = figures.loss_curves_chart({"run": [4.0, 2.0, 0.0, 2.0]}, smooth=2)
+    assert [r["y"] for r in _values(smooth)] == [4.0, 3.0, 1.0, 1.0]
+    assert smooth.to_dict()["encoding"]["y"]["title"].endswith("mean of 2 steps")
     with pytest.raises(ValueError, match="x values"):
         figures.loss_curves_chart({"run": [3.0, 2.0]}, steps=[1, 2, 3])
     with pytest.raises(ValueError, match="empty"):

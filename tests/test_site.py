@@ -36,6 +36,7 @@ import re
 import shutil
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -70,6 +71,9 @@ CHROMIUM_FLAGS = [
     "--no-default-browser-check",
 ]
 VIEWPORT = {"width": 1280, "height": 900}
+# The layout test reads every page at a laptop's width and a phone's (an iPhone 12-15's CSS size).
+# And printed: the print stylesheet at an A4 page's width (210 mm less margins, at 96 px an inch).
+LAYOUT_VIEWPORTS = {"desktop": VIEWPORT, "phone": {"width": 390, "height": 844}, "print": {"width": 720, "height": 1000}}
 CHART_TIMEOUT_MS = 20_000
 MIN_CONTRAST = 4.5  # WCAG AA for normal-size text; axis labels are small
 
@@ -208,12 +212,14 @@ class Visit:
 
 
 @contextmanager
-def visit(browser: Any, base: str, *, dark: bool = False, javascript: bool = True) -> Iterator[tuple[Any, Visit]]:
+def visit(
+    browser: Any, base: str, *, dark: bool = False, javascript: bool = True, viewport: dict | None = None
+) -> Iterator[tuple[Any, Visit]]:
     """A fresh browser context and page; every request not to ``base`` is aborted and recorded."""
     context = browser.new_context(
         color_scheme="dark" if dark else "light",
         java_script_enabled=javascript,
-        viewport=VIEWPORT,
+        viewport=viewport or VIEWPORT,
         service_workers="block",
     )
     record = Visit(base)
@@ -391,6 +397,105 @@ SETUP_CELLS_JS = """() => Array.from(document.querySelectorAll("div.cell")).filt
   const code = c.querySelector(".cell_input pre");
   return code && code.textContent.includes("%pip install") && code.textContent.includes("transformer_lib @ git+");
 }).map(c => !!c.querySelector(".tt-colab-setup-note"))"""
+
+# How much of a page is code a reader has to scroll past (in its default state: collapsed cells
+# stay collapsed): code cells' visible input, the library source shown by `show_source` (a highlighted
+# block in an HTML output; printed text is a highlighted block in a stream output), and, for
+# comparison, figures and tables. Heights in CSS pixels.
+CODE_SHARE_JS = """() => {
+  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
+  const shown = e => e.getClientRects().length > 0;
+  const height = selector => Array.from(article.querySelectorAll(selector)).filter(shown)
+    .filter((e, _, all) => !all.some(o => o !== e && o.contains(e)))
+    .reduce((sum, e) => sum + e.getBoundingClientRect().height, 0);
+  return {page: article.getBoundingClientRect().height,
+          input: height(".cell .cell_input"),
+          source: height(".cell_output .text_html div.highlight"),
+          figures: height(".cell_output img, .cell_output .tt-altair, .cell_output table, article img")};
+}"""
+
+# Every block a reader could find cut off, with what is wrong with it. Collapsed cells are opened first
+# (machinery a reader opens must fit too). The rules:
+# - code, library source and text outputs (`pre`) must wrap: a `pre` whose text is wider than its box
+#   is clipped even when the box scrolls (the line is cut on screen and lost in print);
+# - tables, display maths, charts, images and HTML outputs may be wider than the column only inside a
+#   box of their own that scrolls sideways and sits in the column (`overflow-x: auto`); at desktop
+#   width (`strictCharts`) a chart must fit without scrolling;
+# - the page itself must not scroll sideways.
+CLIPPED_JS = """(strictCharts) => {
+  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
+  article.querySelectorAll("details").forEach(d => { d.open = true; });
+  // the column: the article's content box (its padding is the page's margin)
+  const box = article.getBoundingClientRect(), pad = getComputedStyle(article);
+  const col = {left: box.left + parseFloat(pad.paddingLeft), right: box.right - parseFloat(pad.paddingRight)};
+  col.width = col.right - col.left;
+  const shown = e => e.getClientRects().length > 0;
+  const text = e => (e.getAttribute("aria-label") || e.getAttribute("alt")
+    || (e.querySelector("img[alt]") && e.querySelector("img[alt]").alt)
+    || (e.querySelector("svg[aria-label]") && e.querySelector("svg[aria-label]").getAttribute("aria-label"))
+    || e.innerText || e.textContent || e.getAttribute("src") || "").trim().replace(/\\s+/g, " ").slice(0, 70);
+  const sticksOut = r => r.right > col.right + 1 || r.left < col.left - 1;
+  function scroller(e) {
+    for (let a = e; a && a !== article; a = a.parentElement) {
+      const x = getComputedStyle(a).overflowX;
+      if (x === "auto" || x === "scroll") return a;
+    }
+    return null;
+  }
+  const found = [], seen = new Set();
+  function add(e, kind, how) {
+    if (seen.has(e)) return;
+    seen.add(e);
+    const r = e.getBoundingClientRect();
+    found.push({kind: kind, how: how, width: Math.round(Math.max(e.scrollWidth, r.width)),
+                room: Math.round(Math.min(e.clientWidth || r.width, col.width)), text: text(e)});
+  }
+  for (const e of article.querySelectorAll("pre")) {
+    if (!shown(e)) continue;
+    const kind = !e.closest(".cell_output") ? "code" : (e.closest(".text_html div.highlight") ? "library source" : "output");
+    if (e.scrollWidth > e.clientWidth + 1) add(e, kind, "lines wider than the block (not wrapped)");
+    else if (sticksOut(e.getBoundingClientRect())) add(e, kind, "block wider than the column");
+  }
+  const boxes = [["table", "table"], ["math", "mjx-container, div.math:not(:has(mjx-container))"],
+                 ["chart", ".tt-altair"], ["image", "img"], ["output", ".cell_output > .output, .cell_output > div"],
+                 ["inline code", "code:not(pre code)"]];
+  for (const [kind, selector] of boxes) {
+    for (const e of article.querySelectorAll(selector)) {
+      if (!shown(e) || seen.has(e)) continue;
+      const r = e.getBoundingClientRect();
+      // inline (maths in a sentence, inline code, images): only where it ends counts (clientWidth is 0,
+      // or a few px short of the ink of an italic glyph)
+      const inline = getComputedStyle(e).display.startsWith("inline")
+        || (e.tagName === "MJX-CONTAINER" && e.getAttribute("display") !== "true");
+      const over = (!inline && e.scrollWidth > e.clientWidth + 1) || sticksOut(r);
+      if (!over) continue;
+      const s = scroller(e);
+      const scrolls = s && !sticksOut(s.getBoundingClientRect());
+      if (!scrolls) add(e, kind, "wider than the column, in no box that scrolls");
+      else if (kind === "chart" && strictCharts) add(e, kind, "wider than the column (scrolls at desktop width)");
+    }
+  }
+  const page = document.documentElement;
+  if (page.scrollWidth > innerWidth + 1) {
+    found.push({kind: "page", how: "the page scrolls sideways", width: page.scrollWidth, room: innerWidth, text: ""});
+  }
+  return found;
+}"""
+
+# Figures (matplotlib PNGs) shown narrower than they were drawn: their text shrinks with them.
+# Matplotlib draws 10 pt text 14 px high at its 100 dpi; shown at under MIN_FIGURE_SCALE of its
+# width, that text is under ~9 px.
+MIN_FIGURE_SCALE = 0.65
+FIGURE_SCALES_JS = """() => Array.from(document.querySelectorAll(".cell_output img:not(.tt-altair-static)"))
+  .filter(i => i.naturalWidth > 0 && i.getClientRects().length)
+  .map(i => ({shown: Math.round(i.getBoundingClientRect().width), drawn: i.naturalWidth,
+              text: (i.alt || i.src.split("/").pop()).slice(0, 70)}))"""
+
+# Matplotlib figures are drawn for a white page; in dark mode the site inverts them (_static/site.css)
+# instead of showing them as white cards. The figures that are not inverted:
+WHITE_FIGURES_JS = """() => Array.from(document.querySelectorAll(".cell_output img:not(.tt-altair-static)"))
+  .filter(i => i.getClientRects().length && !getComputedStyle(i).filter.includes("invert"))
+  .map(i => (i.alt || i.src.split("/").pop()).slice(0, 70))"""
 
 RAW_CHART_TEXT = re.compile(r"alt\.\w*Chart\(\.\.\.\)|<VegaLite \d+ object>")
 
@@ -629,6 +734,7 @@ def test_page_in_dark_mode(browser: Any, site: str, path: str) -> None:
                 problems += found
         images, found = check_images(page)
         problems += found
+        problems += [f"a matplotlib figure stays white in dark mode: {f}" for f in page.evaluate(WHITE_FIGURES_JS)]
         page.screenshot(path=shot, full_page=True, animations="disabled")
         problems += record.problems()
         write_report(
@@ -646,6 +752,56 @@ def test_page_in_dark_mode(browser: Any, site: str, path: str) -> None:
             },
         )
     assert_no_problems(path, "dark mode", problems, shot)
+
+
+@pytest.mark.parametrize("viewport", list(LAYOUT_VIEWPORTS))
+@pytest.mark.parametrize("path", PAGES)
+def test_nothing_is_clipped(browser: Any, site: str, path: str, viewport: str) -> None:
+    """At a laptop's and a phone's width, and printed, no code, output, table, equation or chart is cut
+    off (see ``CLIPPED_JS`` for what counts); the report also records how much of the page is visible
+    code. The printed page goes to ``_build/screenshots/<page>.print.pdf``."""
+    shot = screenshot_path(path, viewport) if viewport == "phone" else None
+    with visit(browser, site, viewport=LAYOUT_VIEWPORTS[viewport]) as (page, record):
+        problems = open_page(page, record, path)
+        problems += check_math(page)[1]  # waits for MathJax: typeset equations have their real width
+        problems += wait_for_charts(page)
+        if viewport == "print":
+            page.emulate_media(media="print")
+            shot = screenshot_path(path, viewport).with_suffix(".pdf")
+            page.pdf(path=shot, format="A4")
+        share = page.evaluate(CODE_SHARE_JS)
+        if viewport == "phone":
+            page.screenshot(path=shot, full_page=True, animations="disabled")
+        figures = page.evaluate(FIGURE_SCALES_JS)
+        shrunk = [f for f in figures if f["shown"] < MIN_FIGURE_SCALE * f["drawn"]]
+        if viewport == "desktop":  # on a phone or paper every wide figure shrinks; there the reader can zoom
+            problems += [
+                f"figure drawn {f['drawn']} px wide, shown at {f['shown']} px: its text is under ~9 px ({f['text']})"
+                for f in shrunk
+            ]
+        clipped = page.evaluate(CLIPPED_JS, viewport == "desktop")
+        problems += [
+            f"clipped {c['kind']}: {c['how']} ({c['width']} px, room for {c['room']} px): {c['text']!r}" for c in clipped
+        ]
+        problems += record.problems()
+        write_report(
+            path,
+            viewport,
+            {
+                "viewport": LAYOUT_VIEWPORTS[viewport],
+                "page_px": round(share["page"]),
+                "code_input_px": round(share["input"]),
+                "library_source_px": round(share["source"]),
+                "figures_px": round(share["figures"]),
+                "code_share": round((share["input"] + share["source"]) / max(share["page"], 1), 3),
+                "clipped": clipped,
+                "shrunk_figures": shrunk,
+                "blocked": record.blocked,
+                "problems": problems,
+                "screenshot": str(shot.relative_to(ROOT)) if shot else None,
+            },
+        )
+    assert_no_problems(path, f"{viewport} layout", problems, shot)
 
 
 @pytest.mark.parametrize("path", CHART_PAGES)
@@ -747,7 +903,7 @@ def test_charts_display_through_the_book_renderer_as_valid_notebook_outputs() ->
 
     chart = _demo_chart()
     assert alt.renderers.active == charts.CHART_RENDERER
-    bundle = chart._repr_mimebundle_()
+    bundle = _demo_chart()._repr_mimebundle_()
     html = bundle["text/html"]
     assert 'class="tt-altair"' in html and "data:image/svg+xml;base64," in html
     assert html.count("</script>") == 1, "nothing in the spec may end the script early"
@@ -819,6 +975,17 @@ def summarize() -> str:
     lines = [f"Browser test: {len({r.name.split('.')[0] for r in reports})} pages; screenshots and reports in {SCREENSHOTS}/"]
     for report_file in reports:
         r = json.loads(report_file.read_text())
+        if r["mode"] in LAYOUT_VIEWPORTS:
+            kinds = Counter(c["kind"] for c in r["clipped"])
+            parts = [
+                f"{r['mode']:7} code {r['code_share']:.0%} of the page "
+                f"(input {r['code_input_px'] / max(r['page_px'], 1):.0%}, library source {r['library_source_px'] / max(r['page_px'], 1):.0%}; "
+                f"figures {r['figures_px'] / max(r['page_px'], 1):.0%})",
+                f"clipped {len(r['clipped'])}" + (f" ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))})" if kinds else ""),
+                f"figures with text under ~9 px {len(r['shrunk_figures'])}",
+            ]
+            lines.append(f"  {r['page']:<32} " + ", ".join(parts))
+            continue
         parts = [f"{r['mode']:5}", f"math {r.get('math', '-')}", f"charts {r.get('charts', 0)}"]
         if r["mode"] == "light":
             parts += [f"tooltips {r['tooltips_shown']}", f"inputs {r['inputs_changed']}", f"images {r['images']}"]

@@ -9,6 +9,7 @@ interactively once :func:`transformer_lib.book.charts.enable_charts` has been ca
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -594,9 +595,17 @@ def _lines(
     tooltip = [alt.Tooltip("series:N", title=series_title), alt.Tooltip("x:Q", title=x_title),
                alt.Tooltip("y:Q", title=y_title, format=".4g")]
     faceted = len(panels) > 1
+    if not log_y:
+        y_scale = alt.Scale(zero=False)
+    elif faceted:  # each panel fits its own values
+        y_scale = alt.Scale(type="log")
+    else:  # fitted to the values: a log axis rounded out to powers of 10 is mostly empty
+        y_scale = alt.Scale(type="log", domain=[float(data["y"].min()) * 0.95, float(data["y"].max()) * 1.05],
+                            nice=False)
     chart = alt.Chart(data).mark_line(point=points, strokeWidth=2).encode(
-        x=alt.X("x:Q", title=x_title, axis=alt.Axis(tickMinStep=1) if points else alt.Axis()),
-        y=alt.Y("y:Q", title=y_title, scale=alt.Scale(type="log") if log_y else alt.Scale(zero=False)),
+        x=alt.X("x:Q", title=x_title, axis=alt.Axis(tickMinStep=1) if points else alt.Axis(),
+                scale=alt.Scale(nice=True)),
+        y=alt.Y("y:Q", title=y_title, scale=y_scale),
         color=alt.Color("series:N", title=series_title, sort=names,
                         # below the plot, so that it never pushes the chart off a narrow page
                         legend=alt.Legend(orient="bottom", columns=2, labelLimit=320)),
@@ -657,6 +666,7 @@ def loss_curves_chart(
     series_title: str = "run",
     title: str | None = None,
     log_y: bool = False,
+    smooth: int = 1,
     width: int = 480,
     height: int = 260,
 ) -> Any:
@@ -666,11 +676,19 @@ def loss_curves_chart(
         curves: run name -> values (one per logged step).
         steps: the step of each value (default 1, 2, ...).
         y_title, x_title, series_title, title: labels.
-        log_y: logarithmic y axis.
+        log_y: logarithmic y axis (fitted to the values, not rounded out to powers of 10).
+        smooth: draw the mean of this many consecutive values (fewer at the start), so that noisy
+            curves can be told apart; the y title says so.
 
     Returns:
         An ``alt.Chart``.
     """
+    if smooth < 1:
+        raise ValueError(f"smooth must be at least 1 (values per mean), got {smooth}")
+    if smooth > 1:
+        curves = {name: pd.Series(_as_array(v).ravel()).rolling(smooth, min_periods=1).mean().to_numpy()
+                  for name, v in curves.items()}
+        y_title = f"{y_title}, mean of {smooth} steps"
     return _lines({"": curves}, steps, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
                   log_y=log_y, points=False, width=width, height=height)
 
@@ -953,7 +971,7 @@ def padding_waste_chart(frame: Any, title: str = "Padding per sentence, batch by
             yOffset="side:N",
             tooltip=["batching", "side", alt.Tooltip("pads per sentence:Q", format=".2f")],
         )
-        .properties(width=520, height=160)
+        .properties(width=400, height=160)  # with its labels, inside the page's 688 px column
     )
 
 
@@ -1073,22 +1091,26 @@ def bias_heatmap(
     head_names: Sequence[str] | None = None,
     axes: Any = None,
     title: str | None = None,
+    shared_scale: bool | None = None,
 ) -> Any:
     """Score biases (ALiBi, relative positions) as heatmaps, one panel per head; queries on rows.
 
-    All panels share one colour scale with 0 in white, so heads can be compared: ALiBi's steep
-    heads look only nearby, its flat ones far. Penalties only (ALiBi) are shades of blue; biases of
-    both signs (learned relative positions) red below 0 and blue above.
+    Penalties only (ALiBi) are shades of blue, white at 0, each head on its own scale (its colour bar
+    under it): ALiBi's slopes differ by a factor of 4 from head to head, and on one shared scale the
+    flat heads would look blank. Biases of both signs (learned relative positions) share one scale,
+    red below 0 and blue above, so heads can be compared.
 
     Args:
         bias: ``(H, T, L)`` or ``(1, H, T, L)`` as :class:`~transformer_lib.embeddings.ALiBiBias`
             returns.
         head_names: a title per panel (default ``"head 0"``, ...).
-        axes: ``H`` matplotlib axes (default: a new figure's).
+        axes: ``H`` matplotlib axes (default: a new figure's, at most 4 panels a row, sized for a
+            page column).
         title: a title over the panels.
+        shared_scale: one colour scale for all heads (default: only for biases of both signs).
 
     Returns:
-        The array of matplotlib ``Axes``; the colour bar is attached to the figure.
+        The array of matplotlib ``Axes``; the colour bars are attached to the figure.
     """
     import matplotlib.pyplot as plt
     import numpy as np
@@ -1098,35 +1120,70 @@ def bias_heatmap(
         b = b[0]
     if b.ndim != 3:
         raise ValueError(f"bias must have shape (H, T, L) or (1, H, T, L), got {_to_numpy(bias).shape}")
-    n_heads, n_queries, n_keys = b.shape
+    n_heads = b.shape[0]
     names = [f"head {h}" for h in range(n_heads)] if head_names is None else list(head_names)
     if len(names) != n_heads:
         raise ValueError(f"got {len(names)} head names for {n_heads} heads")
-    if axes is None:
-        fig, axes = plt.subplots(1, n_heads, figsize=(2.4 * n_heads + 1.0, 2.9), squeeze=False)
-        axes = axes[0]
-    else:
-        fig = axes[0].figure
-    axes = np.asarray(axes)
-    low, high = min(float(b.min()), 0.0), max(float(b.max()), 0.0)
-    if high == 0.0:  # penalties only (ALiBi): white at 0, darker as the penalty grows
-        cmap, norm = "Blues_r", plt.matplotlib.colors.Normalize(vmin=min(low, -1e-9), vmax=0.0)
-    else:  # learned biases of either sign: red below 0, blue above
-        cmap, norm = "RdBu", plt.matplotlib.colors.TwoSlopeNorm(vcenter=0.0, vmin=min(low, -1e-9), vmax=high)
+    penalties_only = max(float(b.max()), 0.0) == 0.0
+    shared = (not penalties_only) if shared_scale is None else shared_scale
+    axes = _panel_axes(axes, n_heads, panel_height=2.0 if shared else 2.4)
+    fig = axes[0].figure
     image = None
     for ax, grid, name in zip(axes, b, names):
-        image = ax.imshow(grid, cmap=cmap, norm=norm)
-        ax.set_title(name, fontsize="medium")
-        ax.set_xlabel("key position")
-        ax.set_ylabel("query position")
+        image = ax.imshow(grid, cmap="Blues_r" if penalties_only else "RdBu", norm=_bias_norm(b if shared else grid))
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("key position", fontsize=9)
+        ax.set_ylabel("query position", fontsize=9)
+        ax.tick_params(labelsize=8)
         ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True, nbins=4))
         ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True, nbins=4))
-    for ax in axes[1:]:
-        ax.set_ylabel("")
-    fig.colorbar(image, ax=list(axes), shrink=0.8, label="bias added to the score")
+        if not shared:
+            bar = fig.colorbar(image, ax=ax, orientation="horizontal", shrink=0.9, pad=0.02, aspect=14)
+            bar.ax.tick_params(labelsize=8)
+            bar.locator = plt.MaxNLocator(nbins=2)
+            bar.update_ticks()
+    for k, ax in enumerate(axes):
+        if k % min(n_heads, 4):
+            ax.set_ylabel("")
+    if shared:
+        bar = fig.colorbar(image, ax=list(axes), shrink=0.8)
+        bar.set_label("bias added to the score", fontsize=9)
+        bar.ax.tick_params(labelsize=8)
     if title is not None:
-        fig.suptitle(title, fontsize="medium")
+        fig.suptitle(title, fontsize=10)
     return axes
+
+
+def _bias_norm(values: Any) -> Any:
+    """White at 0: penalties only darken towards the largest; signed biases diverge around 0."""
+    import matplotlib.colors as colors
+
+    low, high = min(float(values.min()), 0.0), max(float(values.max()), 0.0)
+    if high == 0.0:
+        return colors.Normalize(vmin=min(low, -1e-9), vmax=0.0)
+    return colors.TwoSlopeNorm(vcenter=0.0, vmin=min(low, -1e-9), vmax=high)
+
+
+PAGE_WIDTH_INCHES = 6.6
+"""A figure this wide (at matplotlib's 100 dpi) fills the website's text column (688 px) unshrunk,
+so its text shows at the size it was drawn (10 pt = 14 px, 8 pt = 11 px)."""
+
+
+def _panel_axes(axes: Any, count: int, *, panel_height: float, columns: int = 4) -> Any:
+    """``axes`` as an array, or a new figure's: ``count`` panels, at most ``columns`` a row, one page wide."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if axes is not None:
+        return np.asarray(axes).ravel()
+    columns = min(count, columns)
+    rows = -(-count // columns)
+    width = min(PAGE_WIDTH_INCHES, 2.6 * columns + 0.6)
+    fig, grid = plt.subplots(rows, columns, figsize=(width, panel_height * rows + 0.5), squeeze=False,
+                             layout="constrained")
+    for ax in grid.ravel()[count:]:
+        ax.remove()
+    return grid.ravel()[:count]
 
 
 def mask_patterns(masks: Any, *, axes: Any = None, title: str | None = None) -> Any:
@@ -1145,7 +1202,6 @@ def mask_patterns(masks: Any, *, axes: Any = None, title: str | None = None) -> 
     Returns:
         The array of matplotlib ``Axes``.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
 
     items = list(dict(masks).items())
@@ -1157,23 +1213,20 @@ def mask_patterns(masks: Any, *, axes: Any = None, title: str | None = None) -> 
         if m.dtype != np.bool_ or m.ndim < 2 or any(size != 1 for size in m.shape[:-2]):
             raise ValueError(f"mask {name!r} must be boolean with shape (..., T, L), leading dimensions 1; got {m.dtype} {m.shape}")
         grids.append(m.reshape(m.shape[-2:]))
-    if axes is None:
-        side = min(4.0, max(2.6, 0.2 * max(g.shape[1] for g in grids) + 1.0))
-        fig, axes = plt.subplots(1, len(items), figsize=(side * len(items), side + 0.4), squeeze=False)
-        axes = axes[0]
-    else:
-        fig = axes[0].figure
-    axes = np.asarray(axes)
+    axes = _panel_axes(axes, len(items), panel_height=2.6)
+    fig = axes[0].figure
     for ax, (name, _), grid in zip(axes, items, grids):
         n_queries, n_keys = grid.shape
         mask_heatmap(grid, [str(i) for i in range(n_queries)], [str(j) for j in range(n_keys)], ax=ax)
-        step = max(1, n_keys // 8)
+        step = max(1, -(-n_keys // 4))  # about 4 labels an axis: legible on a panel a quarter page wide
         ax.set_xticks(range(0, n_keys, step), [str(j) for j in range(0, n_keys, step)], rotation=0)
         ax.set_yticks(range(0, n_queries, step), [str(i) for i in range(0, n_queries, step)])
+        ax.tick_params(labelsize=8)
+        ax.set_xlabel("key", fontsize=9)
+        ax.set_ylabel("query", fontsize=9)
         if n_keys > 24:  # thin cells: white grid lines would hide them
             ax.grid(False, which="minor")
-        ax.set_title(f"{name}\n{grid.mean():.0%} of pairs", fontsize="medium", y=-0.02 - 0.5 / max(n_queries, 1),
-                     va="top", pad=6)
+        ax.set_title(f"{textwrap.fill(name, 20)}\n{grid.mean():.0%} of pairs", fontsize=9)
     if title is not None:
-        fig.suptitle(title, fontsize="medium")
+        fig.suptitle(title, fontsize=10)
     return axes
