@@ -47,5 +47,8 @@ def test_enable_charts_registers_and_enables_the_renderer(restore_renderer) -> N
 def test_the_script_is_package_data() -> None:
     script = resources.files("transformer_lib.book").joinpath("chart_embed.js").read_text(encoding="utf-8")
     assert "__ID__, __SPEC__, __OPTIONS__, __CDN__" in script
-    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    assert '"transformer_lib.book" = ["chart_embed.js"]' in pyproject  # so `pip install` ships it
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    # so `pip install` ships it (tests/test_install.py checks an installed copy has it)
+    assert "chart_embed.js" in pyproject["tool"]["setuptools"]["package-data"]["transformer_lib.book"]

@@ -1128,20 +1128,10 @@ def bias_heatmap(
     shared = (not penalties_only) if shared_scale is None else shared_scale
     axes = _panel_axes(axes, n_heads, panel_height=2.0 if shared else 2.4)
     fig = axes[0].figure
+    cmap = "Blues_r" if penalties_only else "RdBu"
     image = None
     for ax, grid, name in zip(axes, b, names):
-        image = ax.imshow(grid, cmap="Blues_r" if penalties_only else "RdBu", norm=_bias_norm(b if shared else grid))
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("key position", fontsize=9)
-        ax.set_ylabel("query position", fontsize=9)
-        ax.tick_params(labelsize=8)
-        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True, nbins=4))
-        ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True, nbins=4))
-        if not shared:
-            bar = fig.colorbar(image, ax=ax, orientation="horizontal", shrink=0.9, pad=0.02, aspect=14)
-            bar.ax.tick_params(labelsize=8)
-            bar.locator = plt.MaxNLocator(nbins=2)
-            bar.update_ticks()
+        image = _bias_panel(ax, grid, name, cmap, _bias_norm(b if shared else grid), own_colorbar=not shared)
     for k, ax in enumerate(axes):
         if k % min(n_heads, 4):
             ax.set_ylabel("")
@@ -1152,6 +1142,25 @@ def bias_heatmap(
     if title is not None:
         fig.suptitle(title, fontsize=10)
     return axes
+
+
+def _bias_panel(ax: Any, grid: Any, name: str, cmap: str, norm: Any, own_colorbar: bool) -> Any:
+    """One head's panel of :func:`bias_heatmap`, with its own colour bar under it if asked."""
+    import matplotlib.pyplot as plt
+
+    image = ax.imshow(grid, cmap=cmap, norm=norm)
+    ax.set_title(name, fontsize=9)
+    ax.set_xlabel("key position", fontsize=9)
+    ax.set_ylabel("query position", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True, nbins=4))
+    ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True, nbins=4))
+    if own_colorbar:
+        bar = ax.figure.colorbar(image, ax=ax, orientation="horizontal", shrink=0.9, pad=0.02, aspect=14)
+        bar.ax.tick_params(labelsize=8)
+        bar.locator = plt.MaxNLocator(nbins=2)
+        bar.update_ticks()
+    return image
 
 
 def _bias_norm(values: Any) -> Any:
