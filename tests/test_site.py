@@ -404,7 +404,9 @@ SETUP_CELLS_JS = """() => Array.from(document.querySelectorAll("div.cell")).filt
 # comparison, figures and tables. Heights in CSS pixels.
 CODE_SHARE_JS = """() => {
   const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
-  const shown = e => e.getClientRects().length > 0;
+  // Chromium keeps boxes for what a closed <details> hides (for find-in-page): a collapsed cell is
+  // not on the page, whatever its box says.
+  const shown = e => e.getClientRects().length > 0 && !e.closest("details:not([open])");
   const height = selector => Array.from(article.querySelectorAll(selector)).filter(shown)
     .filter((e, _, all) => !all.some(o => o !== e && o.contains(e)))
     .reduce((sum, e) => sum + e.getBoundingClientRect().height, 0);
