@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from library_names import resolve
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 NOTEBOOKS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
@@ -148,19 +150,11 @@ def _library_names_used(nb: dict) -> set[str]:
 
 
 def _resolves(dotted: str) -> bool:
-    """Import the longest module prefix of ``dotted``, then follow the rest as attributes."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError:
-            continue
-        for attr in parts[cut:]:
-            if not hasattr(obj, attr):
-                return False
-            obj = getattr(obj, attr)
-        return True
-    return False
+    try:
+        resolve(dotted)
+    except LookupError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

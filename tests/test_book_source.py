@@ -20,6 +20,8 @@ import pytest
 
 from transformer_lib.book.source import show_source, source_text
 
+from library_names import resolve
+
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "book").glob("0*.ipynb"))
 
@@ -71,7 +73,7 @@ def test_source_text_drops_docstrings_and_keeps_comments() -> None:
      "transformer_lib.attention.MultiHeadAttention.forward", "transformer_lib.model.TransformerConfig"],
 )
 def test_rendered_code_is_the_live_code_less_its_docstrings(dotted: str) -> None:
-    obj = _resolve(dotted)
+    obj = resolve(dotted)
     with_docs, without = source_text(obj, docstring=True), source_text(obj)
     assert with_docs == textwrap.dedent(inspect.getsource(obj))  # rendered from the live object
     assert len(without.splitlines()) < len(with_docs.splitlines())  # every one of these has a docstring
@@ -96,19 +98,6 @@ def _code_only(tree: ast.AST) -> str:
                 and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str) and len(body) > 1:
             node.body = body[1:]
     return ast.dump(tree)
-
-
-def _resolve(dotted: str) -> Any:
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError:
-            continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ImportError(dotted)
 
 
 # --- the budget: how much library source each chapter renders -------------------------------------

@@ -172,13 +172,7 @@ def _attention_cells(
                 scale=alt.Scale(scheme="blues", domain=[0.0, top if top > 0 else 1.0]),
                 legend=alt.Legend(title="weight"),
             ),
-            tooltip=[
-                alt.Tooltip("query:N", title="query"),
-                alt.Tooltip("key:N", title="key"),
-                alt.Tooltip("weight:Q", title="weight", format=".3f"),
-                alt.Tooltip("query_pos:O", title="query position"),
-                alt.Tooltip("key_pos:O", title="key position"),
-            ],
+            tooltip=_weight_tooltips(),
         )
         .properties(width=cell_size * n_keys, height=cell_size * n_queries)
     )
@@ -274,15 +268,20 @@ def _explorer_cells(chart: alt.Chart, labels: str) -> alt.Chart:
             y=alt.Y("query_pos:O", axis=alt.Axis(title="query", labelAngle=0,
                                                  labelExpr=f"{labels}[sentence][attention][0][datum.value]")),
             color=alt.Color("weight:Q", scale=alt.Scale(scheme="blues", domain=[0.0, 1.0]), legend=alt.Legend(title="weight")),
-            tooltip=[
-                alt.Tooltip("query:N", title="query"),
-                alt.Tooltip("key:N", title="key"),
-                alt.Tooltip("weight:Q", title="weight", format=".3f"),
-                alt.Tooltip("query_pos:O", title="query position"),
-                alt.Tooltip("key_pos:O", title="key position"),
-            ],
+            tooltip=_weight_tooltips(),
         )
     )
+
+
+def _weight_tooltips() -> list[Any]:
+    """What hovering a cell of an attention map shows: the pair of tokens, the weight, the positions."""
+    return [
+        alt.Tooltip("query:N", title="query"),
+        alt.Tooltip("key:N", title="key"),
+        alt.Tooltip("weight:Q", title="weight", format=".3f"),
+        alt.Tooltip("query_pos:O", title="query position"),
+        alt.Tooltip("key_pos:O", title="key position"),
+    ]
 
 
 def mask_heatmap(
