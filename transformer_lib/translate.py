@@ -197,8 +197,7 @@ class Translator:
 
     def with_specials(self, ids: Sequence[int]) -> list[int]:
         """Source token ids (as prepared data hold them) with the specials of the checkpoint's source format."""
-        add_bos, add_eos = SOURCE_FORMATS[self.data.get("source_format", SOURCE_FORMAT)]
-        return [self.src_vocab.bos_id] * add_bos + list(ids) + [self.src_vocab.eos_id] * add_eos
+        return self.src_vocab.with_specials(ids, *SOURCE_FORMATS[self.data.get("source_format", SOURCE_FORMAT)])
 
     def _check_known(self, tokens: Sequence[str], i: int) -> None:
         """Toy tasks know only their symbols (refuse others); warn when a sentence is all unknown words."""
@@ -342,7 +341,10 @@ def evaluate_bleu(
     """
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]
-    if all(isinstance(source, str) for source in sources):
+    kinds = {isinstance(source, str) for source in sources}
+    if len(kinds) > 1:
+        raise TypeError("pairs mix sentences and token-id lists as sources: give one kind")
+    if kinds == {True}:
         rows = translator.source_ids(sources)  # type: ignore[arg-type]
     else:
         rows = [translator.with_specials(source) for source in sources]  # type: ignore[arg-type]

@@ -146,8 +146,11 @@ class Vocab:
 
     def encode(self, tokens: Sequence[str], add_bos: bool = False, add_eos: bool = False) -> list[int]:
         """Tokens to ids, optionally wrapped in ``<bos>`` ... ``<eos>``."""
-        ids = [self.token_to_id(token) for token in tokens]
-        return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
+        return self.with_specials([self.token_to_id(token) for token in tokens], add_bos, add_eos)
+
+    def with_specials(self, ids: Sequence[int], add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        """``ids`` wrapped in ``<bos>`` ... ``<eos>`` as asked."""
+        return [self.bos_id] * add_bos + list(ids) + [self.eos_id] * add_eos
 
     def decode(self, ids: Iterable[int], strip_specials: bool = True) -> list[str]:
         """Ids to tokens; stops at ``<eos>`` and drops ``<pad>``/``<bos>`` when ``strip_specials``."""
