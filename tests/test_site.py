@@ -486,8 +486,14 @@ CLIPPED_JS = """(strictCharts) => {
 
 # Figures (matplotlib PNGs) shown narrower than they were drawn: their text shrinks with them.
 # Matplotlib draws 10 pt text 14 px high at its 100 dpi; shown at under MIN_FIGURE_SCALE of its
-# width, that text is under ~9 px.
+# width, that text is under ~9 px. On a phone _static/figures.js keeps every figure at least that
+# large (what does not fit scrolls inside its output box); at a laptop's width each must fit as drawn.
 MIN_FIGURE_SCALE = 0.65
+
+# Code a reader must scroll past, as a share of a chapter's height at a laptop's width (the input of
+# cells left open plus the library source the chapter renders): the book is prose, figures and checks
+# first. Machinery and check-only cells are collapsed (`hide-input`).
+MAX_CODE_SHARE = 0.25
 FIGURE_SCALES_JS = """() => Array.from(document.querySelectorAll(".cell_output img:not(.tt-altair-static)"))
   .filter(i => i.naturalWidth > 0 && i.getClientRects().length)
   .map(i => ({shown: Math.round(i.getBoundingClientRect().width), drawn: i.naturalWidth,
@@ -776,11 +782,14 @@ def test_nothing_is_clipped(browser: Any, site: str, path: str, viewport: str) -
             page.screenshot(path=shot, full_page=True, animations="disabled")
         figures = page.evaluate(FIGURE_SCALES_JS)
         shrunk = [f for f in figures if f["shown"] < MIN_FIGURE_SCALE * f["drawn"]]
-        if viewport == "desktop":  # on a phone or paper every wide figure shrinks; there the reader can zoom
+        if viewport != "print":  # paper does not scroll: there figures shrink to the page
             problems += [
                 f"figure drawn {f['drawn']} px wide, shown at {f['shown']} px: its text is under ~9 px ({f['text']})"
                 for f in shrunk
             ]
+        code_share = (share["input"] + share["source"]) / max(share["page"], 1)
+        if viewport == "desktop" and chapter_of(path) and code_share > MAX_CODE_SHARE:
+            problems.append(f"visible code is {code_share:.0%} of the page, more than {MAX_CODE_SHARE:.0%}")
         clipped = page.evaluate(CLIPPED_JS, viewport == "desktop")
         problems += [
             f"clipped {c['kind']}: {c['how']} ({c['width']} px, room for {c['room']} px): {c['text']!r}" for c in clipped
@@ -795,7 +804,7 @@ def test_nothing_is_clipped(browser: Any, site: str, path: str, viewport: str) -
                 "code_input_px": round(share["input"]),
                 "library_source_px": round(share["source"]),
                 "figures_px": round(share["figures"]),
-                "code_share": round((share["input"] + share["source"]) / max(share["page"], 1), 3),
+                "code_share": round(code_share, 3),
                 "clipped": clipped,
                 "shrunk_figures": shrunk,
                 "blocked": record.blocked,

@@ -1,0 +1,25 @@
+// Matplotlib figures (PNG outputs) keep readable text on a narrow screen. A figure is drawn at
+// 100 dpi with 10 pt text (14 px); shown at under 65% of the width it was drawn at, that text is
+// under ~9 px. So on a phone a figure is shown no smaller than 65% of its drawn width; what does not
+// fit in the column scrolls sideways inside the cell's output box (site.css), and pinch-zoom still
+// works. On a laptop every figure fits already (the browser test checks it); in print the rule is off
+// (site.css) and figures shrink to the page.
+(function () {
+  "use strict";
+  const MIN_SCALE = 0.65;
+  const FIGURES = ".bd-content div.cell_output img:not(.tt-altair-static)";
+
+  function keepReadable(img) {
+    if (img.naturalWidth > 0) img.style.minWidth = Math.ceil(MIN_SCALE * img.naturalWidth) + "px";
+  }
+
+  function start() {
+    document.querySelectorAll(FIGURES).forEach(function (img) {
+      if (img.complete) keepReadable(img);
+      else img.addEventListener("load", function () { keepReadable(img); }, { once: true });
+    });
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
