@@ -110,6 +110,24 @@ def test_translate_with_beam(checkpoint: Path, capsys: pytest.CaptureFixture) ->
     assert out.strip() == detokenize(translator.tgt_vocab.decode(result.sequences[0].tolist()), "en")
 
 
+def test_the_length_penalty_reaches_beam_search(checkpoint: Path, capsys: pytest.CaptureFixture, monkeypatch) -> None:
+    import transformer_lib.translate as translate_module
+
+    seen: list[float] = []
+
+    def recording_beam_search(*args, **kwargs):
+        seen.append(kwargs["length_penalty"])
+        return beam_search(*args, **kwargs)
+
+    monkeypatch.setattr(translate_module, "beam_search", recording_beam_search)
+    assert run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--beam", "3", GERMAN[0])[0] == 0
+    assert run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--beam", "3",
+                   "--length-penalty", "1.5", GERMAN[0])[0] == 0
+    translator = Translator.from_checkpoint(checkpoint)
+    evaluate_bleu(translator, list(zip(GERMAN, ENGLISH)), beam_sizes=(1, 3), batch_size=len(GERMAN), length_penalty=0.0)
+    assert seen == [0.6, 1.5, 0.0]  # the default is the paper's 0.6; greedy (beam 1) does not call beam search
+
+
 def test_batched_translation_keeps_the_input_order(checkpoint: Path) -> None:
     translator = Translator.from_checkpoint(checkpoint)
     together = translator.translate(GERMAN, batch_size=3)  # sorted by length inside, two batches
@@ -331,6 +349,7 @@ def test_eval_refuses_files_that_are_not_the_published_multi30k(tmp_path: Path, 
         (["--beam", "0", "Hallo."], "--beam must be a positive integer, got 0"),
         (["--batch-size", "0", "Hallo."], "--batch-size must be a positive integer"),
         (["--eval", "test", "Hallo."], "not both"),
+        (["--length-penalty", "-1", "Hallo."], "--length-penalty must be between 0 and 10, got -1.0"),
     ],
 )
 def test_bad_options(checkpoint: Path, capsys, argv: list[str], message: str) -> None:

@@ -72,6 +72,8 @@ SOURCE_FORMATS: dict[str, tuple[bool, bool]] = {
 }
 # The decoder may write this many tokens more than the source has (t2t's decode_length default).
 EXTRA_OUTPUT_TOKENS = 50
+# Beam search's GNMT length penalty alpha (Wu et al. 2016; the Transformer paper's 0.6).
+LENGTH_PENALTY = 0.6
 
 
 class TranslationError(ValueError):
@@ -236,17 +238,19 @@ class Translator:
             return self.subword.detokenize(tokens)
         return detokenize(tokens, self.data["tgt_lang"])
 
-    def translate_ids(self, src: Tensor, src_mask: Tensor, beam_size: int = 1) -> Tensor:
-        """Decode one encoded batch: greedy for ``beam_size=1``, else beam search. ``(B, T_out)``."""
+    def translate_ids(self, src: Tensor, src_mask: Tensor, beam_size: int = 1, length_penalty: float = LENGTH_PENALTY) -> Tensor:
+        """Decode one encoded batch: greedy for ``beam_size=1``, else beam search with this length
+        penalty. ``(B, T_out)``."""
         max_len = min(self.model.config.max_len, src.size(1) + EXTRA_OUTPUT_TOKENS)
         # min_len=1: an empty output never translates a sentence; without it a wide beam (50+)
         # keeps the empty hypothesis finished at step 1, which then outscores every longer one.
         ids = dict(max_len=max_len, bos_id=self.tgt_vocab.bos_id, eos_id=self.tgt_vocab.eos_id, pad_id=self.tgt_vocab.pad_id, min_len=1)
         if beam_size == 1:
             return greedy_decode(self.model, src, src_mask, **ids)
-        return beam_search(self.model, src, src_mask, beam_size=beam_size, **ids).sequences
+        return beam_search(self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty, **ids).sequences
 
-    def translate_tokens(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64) -> list[list[str]]:
+    def translate_tokens(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64,
+                         length_penalty: float = LENGTH_PENALTY) -> list[list[str]]:
         """Translate sentences (in batches of similar length); the output tokens of each, in order.
 
         Each list stops before ``<eos>``; :meth:`translate` turns them into text.
@@ -257,9 +261,10 @@ class Translator:
             raise TranslationError(f"beam size must be a positive integer, got {beam_size!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise TranslationError(f"batch size must be a positive integer, got {batch_size!r}")
-        return self.decode_rows(self.source_ids(sentences), beam_size, batch_size)  # checks every sentence first
+        return self.decode_rows(self.source_ids(sentences), beam_size, batch_size, length_penalty)  # checks every sentence first
 
-    def decode_rows(self, rows: Sequence[Sequence[int]], beam_size: int = 1, batch_size: int = 64) -> list[list[str]]:
+    def decode_rows(self, rows: Sequence[Sequence[int]], beam_size: int = 1, batch_size: int = 64,
+                    length_penalty: float = LENGTH_PENALTY) -> list[list[str]]:
         """Decode encoder inputs (ids with their specials) in batches of similar length; output tokens, in order."""
         # Sorting by length puts similar lengths in a batch: less padding, fewer wasted steps.
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
@@ -267,14 +272,15 @@ class Translator:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             src, src_mask = self._pad([rows[i] for i in chunk])
-            output = self.translate_ids(src, src_mask, beam_size).tolist()
+            output = self.translate_ids(src, src_mask, beam_size, length_penalty).tolist()
             for i, row in zip(chunk, output):
                 out[i] = self.output_tokens(row)
         return out
 
-    def translate(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64) -> list[str]:
+    def translate(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64,
+                  length_penalty: float = LENGTH_PENALTY) -> list[str]:
         """Translate sentences (in batches of similar length) and return detokenized text, in order."""
-        return [self.detokenize(tokens) for tokens in self.translate_tokens(sentences, beam_size, batch_size)]
+        return [self.detokenize(t) for t in self.translate_tokens(sentences, beam_size, batch_size, length_penalty)]
 
 
 def _check_text(sentence: object, i: int) -> str:
@@ -323,6 +329,7 @@ def evaluate_bleu(
     pairs: Sequence[tuple[str | Sequence[int], str]],
     beam_sizes: Sequence[int] = (1, 4),
     batch_size: int = 64,
+    length_penalty: float = LENGTH_PENALTY,
 ) -> dict[str, dict[str, Any]]:
     """Translate the sources with each beam size and score against the raw references (sacrebleu).
 
@@ -330,6 +337,7 @@ def evaluate_bleu(
         pairs: ``(source, reference)``; the source is a sentence, or its token ids without specials
             (prepared data, as the trainer holds them: no tokenizer runs).
         beam_sizes: 1 is greedy decoding, more is beam search.
+        length_penalty: beam search's GNMT length penalty alpha.
 
     With several processes (a process group), each decodes every ``world_size``-th sentence and all
     of them get every translation back, so each returns the same scores.
@@ -351,7 +359,7 @@ def evaluate_bleu(
     results: dict[str, dict[str, Any]] = {}
     for beam_size in beam_sizes:
         start = time.perf_counter()
-        tokens = _decode_shared(translator, rows, beam_size, batch_size)
+        tokens = _decode_shared(translator, rows, beam_size, batch_size, length_penalty)
         hypotheses = [translator.detokenize(t) for t in tokens]
         seconds = time.perf_counter() - start  # decoding time, without scoring
         scores = bleu_scores(hypotheses, references)
@@ -366,13 +374,14 @@ def evaluate_bleu(
     return results
 
 
-def _decode_shared(translator: Translator, rows: list[list[int]], beam_size: int, batch_size: int) -> list[list[str]]:
+def _decode_shared(translator: Translator, rows: list[list[int]], beam_size: int, batch_size: int,
+                   length_penalty: float = LENGTH_PENALTY) -> list[list[str]]:
     """:meth:`Translator.decode_rows`, the work shared among the processes of a process group, if any."""
     rank, world_size = get_rank(), get_world_size()
     if world_size == 1:
-        return translator.decode_rows(rows, beam_size, batch_size)
+        return translator.decode_rows(rows, beam_size, batch_size, length_penalty)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))[rank::world_size]  # similar lengths per process
-    mine = dict(zip(order, translator.decode_rows([rows[i] for i in order], beam_size, batch_size)))
+    mine = dict(zip(order, translator.decode_rows([rows[i] for i in order], beam_size, batch_size, length_penalty)))
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, mine)
     tokens = {i: row for part in gathered for i, row in part.items()}
@@ -422,6 +431,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", required=True, help="a checkpoint written by python -m transformer_lib.train")
     parser.add_argument("--beam", type=int, default=None, metavar="N",
                         help="beam size (default: 1, greedy, when translating; 4 next to greedy with --eval)")
+    parser.add_argument("--length-penalty", type=float, default=LENGTH_PENALTY, metavar="ALPHA",
+                        help=f"beam search's GNMT length penalty (default {LENGTH_PENALTY}; 0 = none)")
     parser.add_argument("--eval", choices=["val", "test"], help="report BLEU on this Multi30k split (greedy and beam)")
     parser.add_argument("--data-dir", default=None,
                         help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else the download cache)")
@@ -437,6 +448,8 @@ def _run(args: argparse.Namespace) -> None:
         raise TranslationError(f"--beam must be a positive integer, got {args.beam}")
     if args.batch_size < 1:
         raise TranslationError(f"--batch-size must be a positive integer, got {args.batch_size}")
+    if not 0.0 <= args.length_penalty <= 10.0:
+        raise TranslationError(f"--length-penalty must be between 0 and 10, got {args.length_penalty}")
     if args.eval is None and not args.sentences:
         raise TranslationError('give a sentence to translate, e.g. "Ein Mann fährt Fahrrad.", or --eval val|test')
     if args.eval is not None and args.sentences:
@@ -445,7 +458,8 @@ def _run(args: argparse.Namespace) -> None:
     translator = Translator.from_checkpoint(args.checkpoint, device=device)
 
     if args.eval is None:
-        for line in translator.translate(args.sentences, beam_size=args.beam or 1, batch_size=args.batch_size):
+        for line in translator.translate(args.sentences, beam_size=args.beam or 1, batch_size=args.batch_size,
+                                         length_penalty=args.length_penalty):
             print(line)
         return
 
@@ -458,7 +472,8 @@ def _run(args: argparse.Namespace) -> None:
             raise TranslationError(f"--limit must be a positive integer, got {args.limit}")
         pairs = pairs[: args.limit]
     beam = args.beam or 4
-    results = evaluate_bleu(translator, pairs, beam_sizes=(1, beam) if beam > 1 else (1,), batch_size=args.batch_size)
+    results = evaluate_bleu(translator, pairs, beam_sizes=(1, beam) if beam > 1 else (1,), batch_size=args.batch_size,
+                            length_penalty=args.length_penalty)
     print(f"Multi30k {args.eval}: {len(pairs)} sentences, {src_lang}->{tgt_lang}, {args.checkpoint} on {device}")
     for name, result in results.items():
         cased: BleuScore = result["bleu"]
