@@ -98,7 +98,8 @@ def pad_weight_bars(
     height = 0.8 / len(series)
     for k, (name, weights) in enumerate(series.items()):
         bars = ax.barh(rows + (k - (len(series) - 1) / 2) * height, weights, height=height, label=name)
-        ax.bar_label(bars, labels=[f"{w:.2f}" for w in weights], padding=2, fontsize=8)
+        color = bars.patches[0].get_facecolor() if bars.patches else None
+        ax.bar_label(bars, labels=[f"{w:.2f}" for w in weights], padding=2, fontsize=8, color=color)
     ax.set_yticks(rows, tokens)
     ax.invert_yaxis()  # the first query on top, as in the mask grids
     ax.set_xlim(0, 1.08)
