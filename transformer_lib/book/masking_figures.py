@@ -99,12 +99,12 @@ def pad_weight_bars(
     for k, (name, weights) in enumerate(series.items()):
         bars = ax.barh(rows + (k - (len(series) - 1) / 2) * height, weights, height=height, label=name)
         color = bars.patches[0].get_facecolor() if bars.patches else None
-        ax.bar_label(bars, labels=[f"{w:.2f}" for w in weights], padding=2, fontsize=8, color=color)
+        ax.bar_label(bars, labels=[f"{w:.2f}" for w in weights], padding=2, fontsize=9, color=color)
     ax.set_yticks(rows, tokens)
     ax.invert_yaxis()  # the first query on top, as in the mask grids
     ax.set_xlim(0, 1.08)
     ax.set_xlabel("attention weight on pad keys (sum over the pads)")
     ax.set_ylabel("query")
-    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    ax.legend(loc="lower right", fontsize=9, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return ax
