@@ -98,3 +98,45 @@ def test_to_torch_blocked_flips_polarity_to_nn_multiheadattention() -> None:
     assert torch.equal(to_torch_blocked(ours), theirs)
     with pytest.raises(TypeError):
         to_torch_blocked(torch.zeros(3, 3))
+
+
+# --- Chapter 2's claims about which side padding masks ---------------------------------------
+
+
+def _right_padded(generator: torch.Generator, batch: int = 4, length: int = 7) -> torch.Tensor:
+    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+    ids = torch.randint(1, 20, (batch, length), generator=generator)
+    return ids.masked_fill(torch.arange(length) >= lengths[:, None], 0)  # (B, L), pads last
+
+
+def test_padding_mask_masks_keys_where_a_query_side_mask_lets_pads_through() -> None:
+    from transformer_lib.attention import scaled_dot_product_attention
+    from transformer_lib.checks import check_padding_invariance
+
+    tokens = torch.tensor([[5, 6, 7, 0, 0], [8, 9, 4, 3, 2]])
+    is_real = tokens != 0
+    query_side = is_real[:, None, :, None]  # (B, 1, L, 1): the tutorial bug
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0))
+
+    def attend(mask):
+        return lambda x: scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], mask)[0][:, 0]
+
+    check_padding_invariance(attend(padding_mask(tokens, 0)), x, is_real)
+    with pytest.raises(AssertionError, match="padding leaks"):
+        check_padding_invariance(attend(query_side), x, is_real)
+
+
+def test_target_mask_equals_a_query_side_pad_mask_on_real_queries_when_right_padded() -> None:
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        tgt = _right_padded(generator)
+        query_side = (tgt != 0)[:, None, :, None] & causal_mask(tgt.size(1))  # (B, 1, T, T)
+        real_rows = (tgt != 0)[:, None, :]  # (B, 1, T)
+        assert torch.equal(query_side[real_rows], target_mask(tgt, 0)[real_rows])
+
+
+def test_target_mask_differs_from_a_query_side_pad_mask_when_left_padded() -> None:
+    tgt = torch.tensor([[0, 0, 5, 6]])  # pads first: real queries see pad keys under the bug
+    query_side = (tgt != 0)[:, None, :, None] & causal_mask(4)
+    real_rows = (tgt != 0)[:, None, :]
+    assert not torch.equal(query_side[real_rows], target_mask(tgt, 0)[real_rows])
