@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--data-dir", default=None, help="Multi30k .gz files (default: $MULTI30K_DIR)")
     parser.add_argument("--beams", type=int, nargs="+", default=[2, 4, 6, 8])
-    parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.3, 0.6, 0.9, 1.2])
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.6, 1.2, 1.8, 2.4, 3.0, 3.6])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None, help="write every score here")
     args = parser.parse_args()
@@ -61,6 +61,8 @@ def main() -> None:
               f"(lowercased {row['bleu_lowercased']:5.2f})  {row['seconds']:.0f} s", flush=True)
     chosen = max(grid, key=lambda row: row["bleu"])
     print(f"chosen on validation: beam {chosen['beam']}, length penalty {chosen['length_penalty']}")
+    if chosen["beam"] > 1 and chosen["length_penalty"] in (min(args.alphas), max(args.alphas)):
+        print("the best length penalty is at the edge of the grid: widen --alphas (on validation) and run again")
     test = read_multi30k_split("test", args.data_dir, src, tgt)
     settings = {(chosen["beam"], chosen["length_penalty"]), (DEFAULT_BEAM, LENGTH_PENALTY)}
     test_scores = [score(translator, test, beam, alpha) for beam, alpha in sorted(settings)]

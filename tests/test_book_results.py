@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_lib.book.results import bleu_table, committed_results, describe_run, results_table
+from transformer_lib.book.results import bleu_table, committed_results, decoding_choice, describe_run, results_table
 
 BOOK_RESULTS = Path(__file__).resolve().parents[1] / "transformer_lib" / "book" / "runs"  # COMMITTED_RUNS, from the source tree
 
@@ -137,3 +137,18 @@ def test_recipe_reads_old_and_new_settings_names() -> None:
     old = recipe({**base, "settings": {"schedule": "noam", "lr": 3e-3, "warmup": 800}})
     new = recipe({**base, "settings": {"schedule": "noam", "lr": 3e-3, "warmup_steps": 800}})
     assert old == new and new["warm-up"] == 800
+
+
+def test_the_committed_decoding_choice_was_made_on_validation(tmp_path: Path) -> None:
+    found = decoding_choice()
+    chosen = found["chosen"]
+    assert chosen in found["val"] and (chosen["beam"], chosen["length_penalty"]) in {
+        (row["beam"], row["length_penalty"]) for row in found["test"]
+    }
+    alphas = sorted({row["length_penalty"] for row in found["val"] if row["beam"] == chosen["beam"]})
+    assert alphas[0] < chosen["length_penalty"] < alphas[-1], "the best setting must lie inside the grid"
+    tampered = dict(found, chosen=min(found["val"], key=lambda row: row["bleu"]))
+    (tmp_path / "grid.json").write_text(json.dumps(tampered))
+    with pytest.raises(ValueError, match="not the best on validation"):
+        decoding_choice(tmp_path / "grid.json")
+

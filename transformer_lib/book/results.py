@@ -13,7 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COMMITTED_RUNS", "committed_results", "describe_run", "results_table", "bleu_table", "recipe", "recipe_table"]
+__all__ = [
+    "COMMITTED_RUNS", "committed_results", "describe_run", "results_table", "bleu_table", "recipe", "recipe_table",
+    "decoding_choice",
+]
 
 
 _RUN_KEYS = ("command", "hardware", "final")
@@ -178,3 +181,26 @@ def recipe_table(runs: Mapping[str, Mapping[str, Any]]) -> Any:
     frame = pd.DataFrame.from_dict(rows, orient="index").sort_values(f"val BLEU {beam}", ascending=False)
     frame.index.name = "run"
     return frame.round({"val BLEU greedy": 2, f"val BLEU {beam}": 2, "best epoch BLEU": 2, "val loss": 3})
+
+
+def decoding_choice(path: str | Path = COMMITTED_RUNS / "decoding" / "multi30k_full_beam_grid.json") -> dict[str, Any]:
+    """Beam size and length penalty of the committed full run, chosen on validation
+    (``benchmarks/tune_decoding.py``): ``{"chosen": row, "val": rows, "test": rows, ...}``, each row
+    ``{"beam", "length_penalty", "bleu", "bleu_lowercased", "signature", ...}``.
+
+    Raises:
+        ValueError: the file is not JSON, lacks a section, or its ``chosen`` row is not the best
+            validation row (the test scores must have chosen nothing).
+    """
+    path = Path(path)
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not JSON: {error}") from None
+    missing = [key for key in ("chosen", "val", "test", "commands") if key not in found]
+    if missing:
+        raise ValueError(f"{path} lacks {missing}")
+    best = max(found["val"], key=lambda row: row["bleu"])
+    if (best["beam"], best["length_penalty"]) != (found["chosen"]["beam"], found["chosen"]["length_penalty"]):
+        raise ValueError(f"{path}: the chosen setting {found['chosen']} is not the best on validation ({best})")
+    return found
