@@ -114,7 +114,8 @@ def feature_means_and_drift(
     top.plot(features, with_pads, "x", label="all positions (BatchNorm)")
     top.vlines(features, real_only, with_pads, color="gray", linewidth=0.8)
     top.set(xlabel="feature", ylabel="mean over the batch", title="What BatchNorm subtracts")
-    top.legend(frameon=False, fontsize=9)
+    top.margins(y=0.3)  # room above the points for the legend
+    top.legend(frameon=False, fontsize=9, ncols=2, loc="upper left")
     for name, values in drift.items():
         bottom.plot(np.arange(len(values)), values, "o-", label=name, markersize=4)
     bottom.set(xlabel="extra pad positions in the batch",
