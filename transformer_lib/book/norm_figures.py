@@ -1,4 +1,4 @@
-"""Chapter 4's BatchNorm-against-LayerNorm probe and its figures, and chapter 3's and 4's static plots.
+"""Chapter 4's LayerNorm figures: the BatchNorm-against-LayerNorm probe and plot, the unbiased-std plot.
 
 Why Transformers normalise with LayerNorm: BatchNorm's statistics for a feature are taken over every
 position of the batch, pads included, so one sentence's output depends on its batch-mates and on how
