@@ -39,7 +39,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import venv
 import zipfile
 from importlib import metadata
@@ -56,7 +55,6 @@ from packaging.markers import default_environment  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SITE = Path(sysconfig.get_paths()["purelib"])
 CHAPTERS = sorted(p.name for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 REPOSITORY = "git+https://github.com/tested-transformer/tested-transformer"
 # What a fresh Colab runtime ships that the book uses (their own requirements come with them).
@@ -100,8 +98,9 @@ def _files(dist: metadata.Distribution) -> list[str]:
 
 def _repack(dist: metadata.Distribution, folder: Path) -> Path:
     """An installed distribution as a wheel again (its files and metadata, a fresh RECORD)."""
+    site = Path(dist.locate_file(""))
     info = next(f for f in _files(dist) if f.split("/")[0].endswith(".dist-info")).split("/")[0]
-    wheel_meta = (SITE / info / "WHEEL").read_text() if (SITE / info / "WHEEL").exists() else ""
+    wheel_meta = (site / info / "WHEEL").read_text() if (site / info / "WHEEL").exists() else ""
     tags = [tag.split("-") for tag in re.findall(r"^Tag: (\S+)", wheel_meta, re.M)] or [["py3", "none", "any"]]
     tag = "-".join(".".join(dict.fromkeys(part)) for part in zip(*tags))  # py2-none-any + py3-none-any: py2.py3-none-any
     stem = f"{_name(dist.metadata['Name']).replace('-', '_')}-{dist.version}-{tag}"
@@ -110,9 +109,9 @@ def _repack(dist: metadata.Distribution, folder: Path) -> Path:
     path = folder / f"{stem}.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as wheel:
         for name in _files(dist):
-            if name in skip or not (SITE / name).is_file():
+            if name in skip or not (site / name).is_file():
                 continue
-            data = (SITE / name).read_bytes()
+            data = (site / name).read_bytes()
             wheel.writestr(name, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             writer.writerow([name, f"sha256={digest}", len(data)])
@@ -123,12 +122,12 @@ def _repack(dist: metadata.Distribution, folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def colab_view(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder of symlinks to the Colab runtime's distributions in this interpreter's site-packages."""
+    """A folder of symlinks to the Colab runtime's distributions where this interpreter has them."""
     view = tmp_path_factory.mktemp("colab-site")
     for dist in _requirement_closure(list(COLAB_SHIPS)).values():
         for top in {name.split("/")[0] for name in _files(dist)}:
             if not top.endswith(".pth") and not (view / top).exists():
-                (view / top).symlink_to(SITE / top)
+                (view / top).symlink_to(Path(dist.locate_file(top)))
     return view
 
 
