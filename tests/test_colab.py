@@ -16,15 +16,18 @@ swapped for ``git+file://`` of this clone (the same cell, the same ``%pip instal
 top to bottom by nbclient in a kernel of that environment. pip runs with ``PIP_NO_INDEX`` and
 ``PIP_FIND_LINKS`` pointing at a wheel folder made here by repacking the installed copies of the
 library's dependencies that the Colab runtime lacks (and setuptools, to build the library). So pip
-installs only what ``pyproject.toml`` declares: if it forgot ``sacrebleu``, the chapter's
-``import`` fails and so does this test. pip installs the *committed* code (``HEAD`` of this clone):
-commit before running it.
+installs only what ``pyproject.toml`` declares, and a dependency it forgot fails the chapter that
+uses it (tried: without ``tokenizers`` in pyproject.toml, chapter 3 fails with "No module named
+'tokenizers'" where it learns BPE merges). pip installs the *committed* code (``HEAD`` of this
+clone): commit before running it.
 
 Committed results: chapters 5 and 6 show the committed full Multi30k run (package data,
 ``transformer_lib/book/runs``); their executed outputs must contain its command and BLEU signature.
 
-Each chapter gets a fresh environment. ``make checks`` runs this file in place of nbmake (the chapters
-execute once there, and once more in the site build); ``make notebooks`` still runs nbmake.
+Each chapter gets a fresh environment: beyond executing the chapter, that costs a new venv and a pip
+install of about 20 local wheels (about 6 s of CPU a chapter). ``make checks`` runs this file in place
+of nbmake (the chapters execute once there, and once more in the site build); ``make notebooks``
+still runs nbmake.
 """
 
 from __future__ import annotations
