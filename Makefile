@@ -1,7 +1,7 @@
 # The two commands of this project (see README.md):
 #   make book   build the website into _build/html, executing every chapter
-#   make test   every check: unit, reference and property tests, every notebook (nbmake),
-#               and a headless browser over the built site
+#   make test   every check: unit, reference and property tests, every chapter run as on Colab
+#               (tests/test_colab.py), and a headless browser over the built site
 # Both create .venv and install everything on first use. A torch already in .venv is kept, so a
 # CPU-only machine can pre-install the CPU build of PyTorch (see README, and .ci/run).
 
@@ -32,26 +32,34 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/jupyter-book build . -W -n --keep-going
 
-# Two cores: the site build (it executes every chapter) runs beside the library tests and nbmake
-# (one BLAS thread each); the browser test starts once the site is built. -k: a failure does not
-# stop the other checks, so one run reports everything (and fails if anything failed).
+# Two cores: the site build (it executes every chapter) runs beside the library tests and the
+# Colab-like run of every chapter (one BLAS thread each); the browser test starts once the site is
+# built. -k: a failure does not stop the other checks, so one run reports everything (and fails if
+# anything failed).
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test checks
 
 site-test: book
 	$(MAKE) --no-print-directory browser
 
-# Everything but the browser test: library tests and every notebook (nbmake), in one process.
+# Everything but the browser test, in one process: library tests, and every chapter executed as a
+# Colab reader runs it (tests/test_colab.py: a runtime without the library, the chapter's own set-up
+# cell installing it from this clone). That test replaces nbmake here: the site build executes every
+# chapter too, and a third execution would only add minutes to CI.
 checks: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --doctest-modules transformer_lib --nbmake tests book -m "not browser"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --doctest-modules transformer_lib tests -m "not browser"
 
+# The library's tests alone (no chapter executes: tests/test_colab.py is left out).
 unit: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --doctest-modules transformer_lib tests -m "not browser"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --doctest-modules transformer_lib tests -m "not browser" \
+	  --ignore=tests/test_colab.py
 
+# Every chapter under nbmake in this checkout's .venv, two at a time: the quick check while writing one.
 notebooks: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --nbmake book
 
-# The browser test over the site in _build/html (build it first: `make book`). Screenshots, and a
+# The browser test over the site in _build/html (build it first: `make book`), and the check of its
+# downloadable executed notebooks (tests/test_site_downloads.py). Screenshots, and a
 # report of what each page showed, go to $(SCREENSHOTS); the summary is printed even on failure.
 # One pytest process: Chromium keeps both cores busy on its own (two workers took twice as long).
 SCREENSHOTS := _build/screenshots
@@ -59,7 +67,7 @@ browser: $(STAMP)
 	@test -x /usr/bin/chromium || command -v chromium >/dev/null || \
 	  echo "!!!!!!!! No Chromium: the browser test will NOT check the website (CI installs it, see .ci/run)"
 	rm -rf $(SCREENSHOTS)
-	status=0; $(BIN)/python -m pytest tests/test_site.py || status=$$?; \
+	status=0; $(BIN)/python -m pytest tests/test_site.py tests/test_site_downloads.py || status=$$?; \
 	  $(BIN)/python tests/test_site.py; exit $$status
 
 clean:

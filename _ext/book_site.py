@@ -1,6 +1,6 @@
 """Sphinx extension for the book's website: chart JavaScript served by the site, labelled set-up cells.
 
-Loaded from ``_config.yml`` (``sphinx.local_extensions``). It does two things (and works around one
+Loaded from ``_config.yml`` (``sphinx.local_extensions``). It does three things (and works around one
 Sphinx bug, see ``_drop_repeated_inline_scripts``):
 
 1. Serves vega-embed (with vega and vega-lite) from the site, so charts need no CDN. The bundle is
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ logger = logging.getLogger(__name__)
 BUNDLE_NAME = "vega-embed.js"
 CHART_MARKER = 'class="tt-altair"'
 SETUP_CLASS = "tt-colab-setup"
+EXECUTED_FOLDER = "_executed"  # in the site: the chapters' executed notebooks
+EXECUTED_SUFFIX = "-with-outputs.ipynb"  # a name that says which download it is
 
 
 def _vega_lite_version() -> str:
@@ -134,9 +137,45 @@ def _on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> 
             cell.insert(0, _setup_note())
 
 
+def executed_name(docname: str) -> str:
+    """Where the executed notebook of ``docname`` lies in the site (a path relative to its root)."""
+    return f"{EXECUTED_FOLDER}/{docname}{EXECUTED_SUFFIX}"
+
+
+def _add_executed_download(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    """The download menu of a notebook page: the executed notebook, after the source ``.ipynb``."""
+    if context.get("page_source_suffix") != ".ipynb":
+        return
+    for group in context.get("header_buttons", []):
+        if group.get("label") == "download-buttons":
+            group["buttons"].insert(1, {
+                "type": "link",
+                "url": context["pathto"](executed_name(pagename), 1),
+                "text": ".ipynb (with outputs)",
+                "icon": "fas fa-book-open",
+                "tooltip": "Download the notebook as this page ran it, with its outputs and figures",
+                "label": "download-executed-notebook-button",
+            })
+
+
+def _copy_executed_notebooks(app: Sphinx, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    executed = Path(app.outdir).parent / "jupyter_execute"
+    for docname in sorted(app.env.found_docs):
+        notebook = executed / f"{docname}.ipynb"
+        if str(app.env.doc2path(docname)).endswith(".ipynb") and notebook.is_file():
+            target = Path(app.outdir) / executed_name(docname)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(notebook, target)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", _on_builder_inited)
     app.connect("html-page-context", _on_html_page_context)
+    # After sphinx-book-theme has made the header buttons (its handlers run at priority 501).
+    app.connect("html-page-context", _add_executed_download, priority=502)
+    app.connect("build-finished", _copy_executed_notebooks)
     app.connect("doctree-resolved", _on_doctree_resolved)
     # A new env_version makes Sphinx rebuild every page: editing this file then shows on all of them.
     env_version = int(hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:8], 16)

@@ -9,16 +9,26 @@ unchanged on a laptop, in CI and on Colab with a GPU.
 
 Example:
     >>> steps = pick(fast=200, full=5000)   # in a chapter
+
+Each chapter's set-up cell prints :func:`describe_profile`: the profile it runs, the device, what
+the full profile trains and an estimate of how long that takes on Colab's usual GPU (an NVIDIA T4)
+and on a 2-core CPU, and how to switch. The estimate is floating-point operations divided by a
+throughput: the operations of one training step counted by ``torch.utils.flop_counter`` (matrix
+products, forward and backward; ``tests/test_experiment_estimate.py`` counts them again) times the
+steps; the throughputs are stated below (``THROUGHPUT``).
 """
 
 from __future__ import annotations
 
 import os
+import textwrap
+from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 import torch
 
-__all__ = ["PROFILE_ENV", "current_profile", "pick"]
+__all__ = ["CHAPTERS", "FULL_PROFILE_TRAINING", "PROFILE_ENV", "THROUGHPUT", "Training", "current_profile",
+           "describe_profile", "estimate_seconds", "pick"]
 
 PROFILE_ENV = "TRANSFORMER_BOOK_PROFILE"
 Profile = Literal["fast", "full"]
@@ -39,3 +49,97 @@ def pick(fast: T, full: T) -> T:
     """The value for the current profile."""
     return fast if current_profile() == "fast" else full
 
+
+
+@dataclass(frozen=True)
+class Training:
+    """Training that a chapter's full profile does: ``runs`` models, ``steps`` updates each.
+
+    ``flops_per_step`` is one update's forward and backward matrix products, counted by
+    ``torch.utils.flop_counter.FlopCounterMode`` on one batch of the chapter's shapes.
+    """
+
+    what: str
+    flops_per_step: float
+    steps: int
+    runs: int = 1
+
+    @property
+    def flops(self) -> float:
+        return self.flops_per_step * self.steps * self.runs
+
+
+# Sustained training throughput in FLOP/s, and where each number comes from.
+THROUGHPUT: dict[str, float] = {
+    # Measured: the committed full run (runs/multi30k_full_metrics.json) made 3,632 steps of
+    # 9.0e10 FLOP in 4,370 s of training (its validation decoding included) on the 2-core CPU.
+    "cpu": 7.48e10,
+    # Stated, not measured: a quarter of the T4's 8.1 TFLOP/s float32 peak (NVIDIA's datasheet;
+    # it has no bfloat16 tensor cores, so the trainer's bf16 autocast gains nothing there).
+    # Models this small cannot fill a GPU, hence a quarter.
+    "t4": 2.0e12,
+}
+
+_MULTI30K = Training("the Multi30k model (multi30k preset, 16 epochs)", 8.9975e10, 3632)
+CHAPTERS = ("01_attention", "02_masking", "03_embeddings", "04_blocks", "05_training", "06_decoding",
+            "07_beyond")
+# What each chapter's full profile trains (chapters that train no model are absent).
+FULL_PROFILE_TRAINING: dict[str, tuple[Training, ...]] = {
+    "04_blocks": (Training("20 copy-task models (tiny preset)", 4.6513e8, 200, runs=20),),
+    "05_training": (_MULTI30K,),
+    "06_decoding": (_MULTI30K,),
+    "07_beyond": (Training("5 reversal models (d_model 128)", 6.0012e9, 3000, runs=5),
+                  Training("a decoder-only model", 3.878e7, 3000)),
+}
+
+
+def estimate_seconds(chapter: str, device: str) -> float:
+    """Seconds the training of ``chapter``'s full profile takes on ``device`` (a THROUGHPUT key)."""
+    if device not in THROUGHPUT:
+        raise ValueError(f"no throughput for device {device!r}; known: {sorted(THROUGHPUT)}")
+    if chapter not in CHAPTERS:
+        raise ValueError(f"{chapter!r} is not a chapter; chapters: {', '.join(CHAPTERS)}")
+    return sum(t.flops for t in FULL_PROFILE_TRAINING.get(chapter, ())) / THROUGHPUT[device]
+
+
+WIDTH = 72
+
+
+def _duration(seconds: float, at_least: bool) -> str:
+    amount = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{max(seconds, 1):.0f} s"
+    return f"{'at least' if at_least else 'about'} {amount}"
+
+
+def describe_profile(chapter: str) -> str:
+    """What a chapter's set-up cell prints: profile, device, the full profile's cost, the switch.
+
+    Args:
+        chapter: the notebook's name without ``.ipynb``, e.g. ``"05_training"``.
+
+    Returns:
+        A few lines, at most ``WIDTH`` characters wide (they fit a phone's screen).
+    """
+    estimate_seconds(chapter, "cpu")  # a chapter's name, or a clear error
+    profile = current_profile()
+    gpu = torch.cuda.is_available()
+    device = f"cuda ({torch.cuda.get_device_name()})" if gpu else "cpu"
+    if os.environ.get(PROFILE_ENV, "").strip():
+        why = f"{PROFILE_ENV} says so"
+    else:
+        why = "the default with a GPU" if gpu else "the default without a GPU"
+    lines = [f"profile: {profile} ({why}), device {device}, torch {torch.__version__}"]
+    work = FULL_PROFILE_TRAINING.get(chapter, ())
+    if not work:
+        lines.append("Full profile: bigger measurements; it trains no model.")
+    else:
+        flops = sum(t.flops for t in work)
+        small = max(t.flops_per_step for t in work) < 1e10  # too small to reach those rates
+        t4, cpu = (_duration(estimate_seconds(chapter, d), small) for d in ("t4", "cpu"))
+        lines.append(
+            f"Full profile: trains {' and '.join(t.what for t in work)}, {flops:.1e} FLOP: "
+            f"{t4} on a Colab T4 GPU, {cpu} on a 2-core CPU (FLOP / rate: the T4 at a quarter of "
+            f"its float32 peak, the CPU at the committed full run's measured rate"
+            f"{'; models this small run slower' if small else ''}).")
+    other = "fast" if profile == "full" else "full"
+    lines.append(f"Switch: run %env {PROFILE_ENV}={other} before this cell.")
+    return "\n".join(textwrap.fill(line, width=WIDTH, subsequent_indent="  ") for line in lines)

@@ -1,0 +1,239 @@
+"""Every chapter runs where readers run it: a Colab-like runtime, the chapter's own set-up cell, no internet.
+
+The environment. A new virtual environment sees, through a ``.pth`` file, a folder of symlinks to
+*only* the distributions a fresh Colab runtime ships that the book uses, with everything they need,
+taken from this interpreter's site-packages (nothing is downloaded):
+
+    torch, numpy, pandas, matplotlib, altair, spacy, tqdm, ipykernel (IPython, jupyter_client...)
+    and pip, and the packages those require.
+
+It does NOT see ``transformer_lib``, nor what Colab does not ship and the library needs: sacrebleu,
+sacremoses, tokenizers (Colab has it, through transformers; left out so the test also covers it) and
+vl-convert-python (the test checks they cannot be imported before the set-up cell runs).
+
+The set-up cell. Each chapter is copied alone into an empty folder, its set-up cell's repository URL
+swapped for ``git+file://`` of this clone (the same cell, the same ``%pip install``), and executed
+top to bottom by nbclient in a kernel of that environment. pip runs with ``PIP_NO_INDEX`` and
+``PIP_FIND_LINKS`` pointing at a wheel folder made here by repacking the installed copies of the
+library's dependencies that the Colab runtime lacks (and setuptools, to build the library). So pip
+installs only what ``pyproject.toml`` declares, and a dependency it forgot fails the chapter that
+uses it (tried: without ``tokenizers`` in pyproject.toml, chapter 3 fails with "No module named
+'tokenizers'" where it learns BPE merges). pip installs the *committed* code (``HEAD`` of this
+clone): commit before running it.
+
+Committed results: chapters 5 and 6 show the committed full Multi30k run (package data,
+``transformer_lib/book/runs``); their executed outputs must contain its command and BLEU signature.
+
+Each chapter gets a fresh environment: beyond executing the chapter, that costs a new venv and a pip
+install of about 20 local wheels (about 6 s of CPU a chapter). ``make checks`` runs this file in place
+of nbmake (the chapters execute once there, and once more in the site build); ``make notebooks``
+still runs nbmake.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
+from nbclient.exceptions import CellExecutionError  # noqa: E402
+from jupyter_client.manager import KernelManager  # noqa: E402
+from packaging.markers import default_environment  # noqa: E402
+from packaging.requirements import Requirement  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted(p.name for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+REPOSITORY = "git+https://github.com/tested-transformer/tested-transformer"
+# What a fresh Colab runtime ships that the book uses (their own requirements come with them).
+COLAB_SHIPS = ("torch", "numpy", "pandas", "matplotlib", "altair", "spacy", "tqdm", "ipykernel", "ipython", "pip")
+# The library's dependencies Colab lacks: they must come through the set-up cell's pip install.
+NOT_ON_COLAB = ("sacrebleu", "sacremoses", "tokenizers", "vl_convert")
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a clone of the repository"
+)
+
+
+def _name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_closure(names: list[str]) -> dict[str, metadata.Distribution]:
+    """The installed distributions ``names`` need, themselves included (extras left out)."""
+    environment = {**default_environment(), "extra": ""}
+    found: dict[str, metadata.Distribution] = {}
+    todo = list(names)
+    while todo:
+        name = _name(todo.pop())
+        if name in found:
+            continue
+        try:
+            found[name] = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue  # a requirement for another platform, or an optional one not installed here
+        for line in found[name].requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate(environment):
+                todo.append(requirement.name)
+    return found
+
+
+def _files(dist: metadata.Distribution) -> list[str]:
+    """The files of an installed distribution, relative to site-packages (no scripts, no caches)."""
+    return [str(f) for f in dist.files or [] if not str(f).startswith("..") and "__pycache__" not in str(f)]
+
+
+def _repack(dist: metadata.Distribution, folder: Path) -> Path:
+    """An installed distribution as a wheel again (its files and metadata, a fresh RECORD)."""
+    site = Path(dist.locate_file(""))
+    info = next(f for f in _files(dist) if f.split("/")[0].endswith(".dist-info")).split("/")[0]
+    wheel_meta = (site / info / "WHEEL").read_text() if (site / info / "WHEEL").exists() else ""
+    tags = [tag.split("-") for tag in re.findall(r"^Tag: (\S+)", wheel_meta, re.M)] or [["py3", "none", "any"]]
+    tag = "-".join(".".join(dict.fromkeys(part)) for part in zip(*tags))  # py2-none-any + py3-none-any: py2.py3-none-any
+    stem = f"{_name(dist.metadata['Name']).replace('-', '_')}-{dist.version}-{tag}"
+    record, skip = io.StringIO(), {f"{info}/{n}" for n in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")}
+    writer = csv.writer(record, lineterminator="\n")
+    path = folder / f"{stem}.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as wheel:
+        for name in _files(dist):
+            if name in skip or not (site / name).is_file():
+                continue
+            data = (site / name).read_bytes()
+            wheel.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            writer.writerow([name, f"sha256={digest}", len(data)])
+        writer.writerow([f"{info}/RECORD", "", ""])
+        wheel.writestr(f"{info}/RECORD", record.getvalue())
+    return path
+
+
+@pytest.fixture(scope="module")
+def colab_view(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of symlinks to the Colab runtime's distributions where this interpreter has them."""
+    view = tmp_path_factory.mktemp("colab-site")
+    for dist in _requirement_closure(list(COLAB_SHIPS)).values():
+        for top in {name.split("/")[0] for name in _files(dist)}:
+            if not top.endswith(".pth") and not (view / top).exists():
+                (view / top).symlink_to(Path(dist.locate_file(top)))
+    return view
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Wheels of what the library requires and Colab lacks, and of setuptools (the build backend)."""
+    import tomllib
+
+    folder = tmp_path_factory.mktemp("wheelhouse")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    colab = _requirement_closure(list(COLAB_SHIPS))
+    needed = _requirement_closure([Requirement(line).name for line in declared] + ["setuptools"])
+    for name, dist in needed.items():
+        if name not in colab or name == "setuptools":
+            _repack(dist, folder)
+    return folder
+
+
+def _colab_runtime(home: Path, view: Path) -> Path:
+    """A new venv that sees only ``view``; returns a folder of kernel specs for a kernel of it."""
+    venv.EnvBuilder(with_pip=False).create(home / "venv")
+    python = home / "venv" / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True, env=_clean_env()).stdout.strip()
+    (Path(site) / "colab_runtime.pth").write_text(f"{view}\n")
+    kernel = home / "kernels" / "colab"
+    kernel.mkdir(parents=True)
+    argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (kernel / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Colab-like", "language": "python"}))
+    return home / "kernels"
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without what would show it the checkout (PYTHONPATH, the venv)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
+    return {**env, "OMP_NUM_THREADS": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
+
+
+def _importable(python: Path, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` the runtime of ``python`` can import."""
+    code = ("import importlib.util, json, sys\n"
+            "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m)]))")
+    found = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True, env=_clean_env(),
+                           cwd=python.parent)
+    assert found.returncode == 0, found.stderr[-2000:]
+    return json.loads(found.stdout)
+
+
+def _probe(python: Path, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, env=_clean_env(), cwd=python.parent)
+
+
+def _chapter_copy(chapter: str, folder: Path) -> Path:
+    """The chapter, alone in ``folder``, its set-up cell installing from this clone."""
+    notebook = nbformat.read(ROOT / "book" / chapter, as_version=4)
+    setup = [cell for cell in notebook.cells if cell.cell_type == "code" and REPOSITORY in cell.source]
+    assert len(setup) == 1, f"{chapter}: one set-up cell installs from {REPOSITORY}"
+    setup[0].source = setup[0].source.replace(REPOSITORY, f"git+file://{ROOT}")
+    path = folder / chapter
+    nbformat.write(notebook, path)
+    return path
+
+
+def _text_of(cells: list) -> str:
+    """Every text output of executed cells (streams, plain-text and HTML results), joined."""
+    parts = []
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            parts.append(output.get("text", ""))
+            parts.append(output.get("data", {}).get("text/plain", ""))
+            parts.append(output.get("data", {}).get("text/html", ""))
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_chapter_runs_in_a_colab_like_runtime(chapter: str, colab_view: Path, wheelhouse: Path,
+                                                  tmp_path: Path) -> None:
+    kernels = _colab_runtime(tmp_path, colab_view)
+    python = tmp_path / "venv" / "bin" / "python"
+    assert _importable(python, ("transformer_lib", *NOT_ON_COLAB, "torch", "pandas", "altair", "spacy")) == [
+        "torch", "pandas", "altair", "spacy"], "the fresh runtime has what Colab ships, and nothing else we need"
+
+    folder = tmp_path / "chapter"
+    folder.mkdir()
+    notebook = nbformat.read(_chapter_copy(chapter, folder), as_version=4)
+    kernel = KernelManager(kernel_name="colab", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
+    client = nbclient.NotebookClient(notebook, km=kernel, timeout=600, resources={"metadata": {"path": str(folder)}})
+    try:
+        client.execute(env=_clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse)))
+    except CellExecutionError as error:
+        setup = [cell for cell in notebook.cells if "%pip install" in cell.source][0]
+        raise AssertionError(f"{chapter} failed in the Colab-like runtime; its set-up cell printed:\n"
+                             f"{_text_of([setup])[-3000:]}") from error
+
+    where = _probe(python, "import sacrebleu, transformer_lib; print(transformer_lib.__file__, sacrebleu.__file__)")
+    assert where.returncode == 0, where.stderr[-2000:]
+    assert all(str(tmp_path / "venv") in path for path in where.stdout.split()), (
+        f"the set-up cell installed the library and its dependencies into the runtime: {where.stdout}")
+
+    if chapter.startswith(("05", "06")):
+        committed = json.loads((ROOT / "transformer_lib/book/runs/multi30k_full_metrics.json").read_text())
+        shown = _text_of(notebook.cells)
+        signature = committed["bleu"]["test"]["greedy"]["cased"]["signature"]
+        command = committed["command"].split(" --out ")[0]
+        assert command in shown and signature in shown, (
+            f"{chapter} must show the committed full run (package data) to an installed reader")

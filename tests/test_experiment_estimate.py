@@ -1,0 +1,110 @@
+"""The time each chapter's set-up cell announces for the full profile (``describe_profile``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from transformer_lib.book.experiment import (
+    CHAPTERS,
+    FULL_PROFILE_TRAINING,
+    PROFILE_ENV,
+    THROUGHPUT,
+    WIDTH,
+    describe_profile,
+    estimate_seconds,
+)
+from transformer_lib.model import DecoderOnlyTransformer, Transformer, TransformerConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+FULL_RUN = ROOT / "transformer_lib" / "book" / "runs" / "multi30k_full_metrics.json"
+
+
+def _step_flops(model: torch.nn.Module, *inputs: torch.Tensor) -> int:
+    """Matrix-product FLOP of one update (forward and backward) of ``model`` on ``inputs``."""
+    with FlopCounterMode(display=False) as counter:
+        if isinstance(model, Transformer):
+            src, tgt = inputs
+            logits = model(src, tgt[:, :-1], *model.make_masks(src, tgt[:, :-1]))
+            targets = tgt[:, 1:]
+        else:
+            logits, targets = model(inputs[0]), inputs[0]
+        F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
+    return counter.get_total_flops()
+
+
+def _encoder_decoder(config: TransformerConfig, batch: int, src_len: int, tgt_len: int) -> int:
+    torch.manual_seed(0)
+    src = torch.randint(4, config.src_vocab_size, (batch, src_len))
+    tgt = torch.randint(4, config.tgt_vocab_size, (batch, tgt_len + 1))
+    return _step_flops(Transformer(config), src, tgt)
+
+
+# Each chapter's full-profile batch: Multi30k's mean lengths in joint-BPE pieces (15.8 source
+# tokens with <eos>, 15.3 target inputs with <bos>); chapter 4's copy task (10 symbols);
+# chapter 7's reversal batches padded to 17 (64 lengths of 1..16, plus <eos>) and its
+# decoder-only model's questions and answers of 3..8 letters (12 tokens on average).
+RECOUNTED = {
+    "the Multi30k model (multi30k preset, 16 epochs)": lambda: _encoder_decoder(TransformerConfig.from_preset(
+        "multi30k", src_vocab_size=8000, tgt_vocab_size=8000, share_embeddings=True, tie_output=True), 128, 16, 15),
+    "20 copy-task models (tiny preset)": lambda: _encoder_decoder(TransformerConfig.from_preset(
+        "tiny", src_vocab_size=20, tgt_vocab_size=20, dropout=0.0), 32, 10, 11),
+    "5 reversal models (d_model 128)": lambda: _encoder_decoder(TransformerConfig(
+        src_vocab_size=14, tgt_vocab_size=14, max_len=64, dropout=0.0, norm_first=True, d_model=128, n_heads=8,
+        n_encoder_layers=2, n_decoder_layers=2, d_ff=512), 64, 17, 17),
+    "a decoder-only model": lambda: _step_flops(DecoderOnlyTransformer(TransformerConfig.decoder_only(
+        "tiny", vocab_size=14, positional="rope", d_model=32, d_ff=64, dropout=0.0, max_len=32)),
+        torch.randint(4, 14, (32, 12))),
+}
+
+
+@pytest.mark.parametrize("what", sorted(RECOUNTED))
+def test_the_stated_flops_per_step_are_what_the_flop_counter_counts(what: str) -> None:
+    stated = {t.what: t.flops_per_step for work in FULL_PROFILE_TRAINING.values() for t in work}
+    assert stated[what] == pytest.approx(RECOUNTED[what](), rel=1e-3)
+
+
+def test_the_cpu_rate_is_the_committed_full_runs() -> None:
+    run = json.loads(FULL_RUN.read_text())
+    (multi30k,) = FULL_PROFILE_TRAINING["05_training"]
+    assert multi30k.steps == run["steps"] and run["hardware"]["cpu_count"] == 2
+    assert THROUGHPUT["cpu"] == pytest.approx(multi30k.flops / run["training_time_s"], rel=0.01)
+    assert estimate_seconds("05_training", "cpu") == pytest.approx(run["training_time_s"], rel=0.01)
+
+
+def test_every_chapter_is_known() -> None:
+    assert CHAPTERS == tuple(sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb")))
+    assert set(FULL_PROFILE_TRAINING) <= set(CHAPTERS)
+
+
+@pytest.mark.parametrize("profile", ["fast", "full"])
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_description_names_the_profile_and_the_switch(chapter: str, profile: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PROFILE_ENV, profile)
+    text = describe_profile(chapter)
+    other = "fast" if profile == "full" else "full"
+    assert text.startswith(f"profile: {profile} ({PROFILE_ENV} says so)")
+    assert f"%env {PROFILE_ENV}={other}" in text
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    assert ("trains no model" in text) == (chapter not in FULL_PROFILE_TRAINING)
+
+
+def test_the_multi30k_chapters_announce_their_hour_on_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    text = " ".join(describe_profile("06_decoding").split())
+    assert text.startswith("profile: fast (the default without a GPU)")
+    assert "about 73 min on a 2-core CPU" in text and "about 3 min on a Colab T4 GPU" in text
+
+
+def test_bad_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="'5_training' is not a chapter"):
+        describe_profile("5_training")
+    with pytest.raises(ValueError, match="no throughput for device 'a100'"):
+        estimate_seconds("05_training", "a100")
