@@ -93,4 +93,6 @@ def test_describe_timings_finds_where_the_curves_cross() -> None:
     assert "self-attention is faster up to n = 32, recurrent from n = 64 on" in lines
     assert "self-attention is faster up to n = 16, convolutional from n = 32 on" in lines
     assert "convolutional is faster than recurrent at every n measured" in lines
-    assert lines[0] == "n = 16: self-attention 1.00 < convolutional 2.00 < recurrent 4.00 ms"
+    assert lines[0] == "n = 16: self-attention 1 < convolutional 2 < recurrent 4 ms"
+    assert lines[-1] == ("from n = 16 to 128 (8x longer) the time grows "
+                         "32x for self-attention, 4x for recurrent, 0.5x for convolutional")

@@ -141,7 +141,12 @@ def sequential_steps(layer: nn.Module, x: Tensor) -> int:
     return calls
 
 
-def layers_to_cross(make: Callable[[int], nn.Module], n: int, d_model: int, max_layers: int = 256) -> int:
+def layers_to_cross(
+    make: Callable[[int], nn.Module],
+    n: int,
+    d_model: int,
+    max_layers: int = 256,
+) -> int:
     """The smallest number of stacked layers for which the output at the last position depends on
     the input at position 0, found by autograd: the gradient of ``out[:, n - 1]`` with respect to
     ``x[:, 0]`` is exactly zero until the signal can cross.
@@ -153,14 +158,17 @@ def layers_to_cross(make: Callable[[int], nn.Module], n: int, d_model: int, max_
         max_layers: give up (``ValueError``) beyond this many layers.
     """
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(1, n, d_model, generator=generator, requires_grad=True)  # (1, n, d)
+    x = torch.randn(1, n, d_model, generator=generator, requires_grad=True)
     stack = nn.Sequential()
     for depth in range(1, max_layers + 1):
         stack.append(make(depth - 1))
-        (gradient,) = torch.autograd.grad(stack(x)[:, n - 1].sum(), x)  # (1, n, d)
-        if gradient[:, 0].abs().sum() > 0:
+        last = stack(x)[:, n - 1]  # (1, d): the output at the last position
+        (gradient,) = torch.autograd.grad(last.sum(), x)  # (1, n, d)
+        if gradient[:, 0].abs().sum() > 0:  # exactly 0 until position 0 is reached
             return depth
-    raise ValueError(f"position 0 does not reach position {n - 1} within max_layers={max_layers} layers")
+    raise ValueError(
+        f"position 0 does not reach position {n - 1} in max_layers={max_layers}"
+    )
 
 
 def time_layers(
@@ -194,6 +202,16 @@ def time_layers(
     return pd.DataFrame(records)
 
 
+def _ms(milliseconds: float) -> str:
+    """Three significant digits, without an exponent: 0.0412, 3.5, 270, 1,250."""
+    return f"{milliseconds:,.0f}" if milliseconds >= 100 else f"{milliseconds:.3g}"
+
+
+def _times(ratio: float) -> str:
+    """A growth factor: 16,524x, 24x, 3.5x, 0.5x."""
+    return f"{ratio:,.0f}x" if ratio >= 10 else f"{ratio:.2g}x"
+
+
 def _compare(table: pd.DataFrame, first: str, second: str) -> str:
     """Which of two layers is faster, at which lengths: throughout, from some ``n`` on, or mixed."""
     faster = table[first] < table[second]  # indexed by n
@@ -214,14 +232,14 @@ def describe_timings(timings: pd.DataFrame) -> list[str]:
     table = timings.pivot(index="n", columns="layer", values="milliseconds")
     lines = []
     for n, row in table.iterrows():
-        order = " < ".join(f"{kind} {row[kind]:.2f}" for kind in row.sort_values().index)
+        order = " < ".join(f"{kind} {_ms(row[kind])}" for kind in row.sort_values().index)
         lines.append(f"n = {n}: {order} ms")
     lines += [_compare(table, first, second) for first, second in
               [("self-attention", "recurrent"), ("self-attention", "convolutional"), ("recurrent", "convolutional")]]
     longest, shortest = table.index[-1], table.index[0]
-    growth = (table.loc[longest] / table.loc[shortest]).round(1)
-    lines.append(f"from n = {shortest} to {longest} ({longest // shortest}x longer) the time grows "
-                 + ", ".join(f"{growth[kind]:g}x for {kind}" for kind in LAYERS))
+    growth = table.loc[longest] / table.loc[shortest]
+    lines.append(f"from n = {shortest} to {longest} ({longest // shortest:,}x longer) the time grows "
+                 + ", ".join(f"{_times(growth[kind])} for {kind}" for kind in LAYERS))
     return lines
 
 
