@@ -35,7 +35,8 @@ def multi_head_diagram(d_model: int = 8, n_heads: int = 2, ax: Axes | None = Non
     Args:
         d_model: the model width ``D``.
         n_heads: the number of heads ``H``; must divide ``d_model`` (``Dh = D / H``).
-        ax: where to draw (default: a new figure, 5 inches wide so that it reads on a phone too).
+        ax: where to draw (default: a new figure about 520 pixels wide, filled by the drawing, so that its
+            text still reads when a phone shrinks it to the screen's width).
 
     Returns:
         The matplotlib ``Axes``.
@@ -45,11 +46,12 @@ def multi_head_diagram(d_model: int = 8, n_heads: int = 2, ax: Axes | None = Non
     if n_heads < 1 or d_model < 1 or d_model % n_heads:
         raise ValueError(f"n_heads={n_heads} must be at least 1 and divide d_model={d_model} (Dh = D / H)")
     if ax is None:
-        _, ax = plt.subplots(figsize=(5.0, 6.6))
+        fig, ax = plt.subplots(figsize=(5.2, 6.2))
+        fig.subplots_adjust(left=0, right=1, bottom=0, top=1)
     _draw_stage_bands(ax)
     _draw_steps(ax, d_model, n_heads, d_model // n_heads)
-    ax.set_xlim(0, 10)
-    ax.set_ylim(8.55, -0.55)
+    ax.set_xlim(0.05, 9.95)
+    ax.set_ylim(8.5, -0.5)
     ax.axis("off")
     return ax
 
@@ -63,8 +65,8 @@ def _box(ax: Axes, x0: float, x1: float, y: float, title: str, shape: str) -> No
     ax.add_patch(FancyBboxPatch((x0, y - _BOX_HEIGHT / 2), x1 - x0, _BOX_HEIGHT, facecolor=_BOX,
                                 edgecolor=_EDGE, linewidth=0.9, boxstyle="round,pad=0.02,rounding_size=0.12"))
     centre = (x0 + x1) / 2
-    ax.text(centre, y - 0.16, title, ha="center", va="center", fontsize=10, color=_INK)
-    ax.text(centre, y + 0.17, shape, ha="center", va="center", fontsize=9.5, color=_MUTED, family="monospace")
+    ax.text(centre, y - 0.16, title, ha="center", va="center", fontsize=10.5, color=_INK)
+    ax.text(centre, y + 0.17, shape, ha="center", va="center", fontsize=10, color=_MUTED, family="monospace")
 
 
 def _down(ax: Axes, x: float, y0: float, y1: float) -> None:
