@@ -11,6 +11,7 @@ from transformer_lib.book import layer_costs
 from transformer_lib.book.layer_costs import (
     ConvLayer,
     UnrolledGRU,
+    forward_flops,
     layers_to_cross,
     make_layer,
     sequential_steps,
@@ -96,3 +97,12 @@ def test_describe_timings_finds_where_the_curves_cross() -> None:
     assert lines[0] == "n = 16: self-attention 1 < convolutional 2 < recurrent 4 ms"
     assert lines[-1] == ("from n = 16 to 128 (8x longer) the time grows "
                          "32x for self-attention, 4x for recurrent, 0.5x for convolutional")
+
+
+@pytest.mark.parametrize("n", [4, 8, 16])
+def test_operation_counts_match_the_formulas_attention_is_cheaper_below_n_equals_d(n: int) -> None:
+    d = 8
+    attention, recurrent = forward_flops("self-attention", n, d, n_heads=2), forward_flops("recurrent", n, d)
+    assert attention == 4 * n * n * d + 8 * n * d * d  # scores and mixing, four projections
+    assert recurrent == 12 * n * d * d  # three gates, two d x d products each, per position
+    assert (attention < recurrent) == (n < d)

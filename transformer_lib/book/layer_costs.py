@@ -33,6 +33,7 @@ __all__ = [
     "ConvLayer",
     "make_layer",
     "sequential_steps",
+    "forward_flops",
     "layers_to_cross",
     "time_layers",
     "describe_timings",
@@ -139,6 +140,22 @@ def sequential_steps(layer: nn.Module, x: Tensor) -> int:
     finally:
         handle.remove()
     return calls
+
+
+def forward_flops(kind: str, n: int, d_model: int, *, n_heads: int = 4, kernel_size: int = 3) -> int:
+    """Floating-point operations of one forward pass on a ``(1, n, d_model)`` input, counted by
+    ``FlopCounterMode`` (a multiply-add is two). Self-attention goes through the explicit path
+    (``need_weights=True``), whose matrix products the counter sees on every device."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layer = make_layer(kind, d_model, n_heads=n_heads, kernel_size=kernel_size)
+    x = torch.randn(1, n, d_model)  # (1, n, d)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        if isinstance(layer, SelfAttentionLayer):
+            layer.attention(x, x, x, need_weights=True)
+        else:
+            layer(x)
+    return counter.get_total_flops()
 
 
 def layers_to_cross(
