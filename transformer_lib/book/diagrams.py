@@ -35,7 +35,7 @@ def multi_head_diagram(d_model: int = 8, n_heads: int = 2, ax: Axes | None = Non
     Args:
         d_model: the model width ``D``.
         n_heads: the number of heads ``H``; must divide ``d_model`` (``Dh = D / H``).
-        ax: where to draw (default: a new figure about 520 pixels wide, filled by the drawing, so that its
+        ax: where to draw (default: a new figure about 460 pixels wide, filled by the drawing, so that its
             text still reads when a phone shrinks it to the screen's width).
 
     Returns:
@@ -46,7 +46,7 @@ def multi_head_diagram(d_model: int = 8, n_heads: int = 2, ax: Axes | None = Non
     if n_heads < 1 or d_model < 1 or d_model % n_heads:
         raise ValueError(f"n_heads={n_heads} must be at least 1 and divide d_model={d_model} (Dh = D / H)")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(5.2, 6.2))
+        fig, ax = plt.subplots(figsize=(4.6, 5.9))
         fig.subplots_adjust(left=0, right=1, bottom=0, top=1)
     _draw_stage_bands(ax)
     _draw_steps(ax, d_model, n_heads, d_model // n_heads)

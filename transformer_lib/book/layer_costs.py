@@ -181,10 +181,10 @@ def layers_to_cross(
         stack.append(make(depth - 1))
         last = stack(x)[:, n - 1]  # (1, d): the output at the last position
         (gradient,) = torch.autograd.grad(last.sum(), x)  # (1, n, d)
-        if gradient[:, 0].abs().sum() > 0:  # exactly 0 until position 0 is reached
+        if gradient[:, 0].abs().sum() > 0:  # position 0 is reached
             return depth
     raise ValueError(
-        f"position 0 does not reach position {n - 1} in max_layers={max_layers}"
+        f"position 0 does not reach {n - 1} in max_layers={max_layers} layers"
     )
 
 
