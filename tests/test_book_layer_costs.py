@@ -81,7 +81,10 @@ def test_time_layers_times_each_layer_at_each_length() -> None:
     assert sorted(zip(timings.n, timings.layer)) == sorted((n, k) for n in (4, 8) for k in layer_costs.LAYERS)
     assert (timings.milliseconds > 0).all()
     lines = layer_costs.describe_timings(timings)
-    assert lines[0].startswith("n = 4: ") and lines[-1].startswith("from n = 4 to 8 (2x longer)")
+    assert lines[-1].startswith("from n = 4 to 8 (2x longer)")
+    table = layer_costs.timings_table(timings).splitlines()
+    assert table[0].split() == ["n", "attention", "GRU", "conv"]
+    assert [row.split()[0] for row in table[1:]] == ["4", "8"]
 
 
 def test_describe_timings_finds_where_the_curves_cross() -> None:
@@ -94,7 +97,7 @@ def test_describe_timings_finds_where_the_curves_cross() -> None:
     assert "self-attention is faster up to n = 32, recurrent from n = 64 on" in lines
     assert "self-attention is faster up to n = 16, convolutional from n = 32 on" in lines
     assert "convolutional is faster than recurrent at every n measured" in lines
-    assert lines[0] == "n = 16: self-attention 1 < convolutional 2 < recurrent 4 ms"
+    assert layer_costs.timings_table(frame).splitlines()[1].split() == ["16", "1", "4", "2"]
     assert lines[-1] == ("from n = 16 to 128 (8x longer) the time grows "
                          "32x for self-attention, 4x for recurrent, 0.5x for convolutional")
 

@@ -37,6 +37,7 @@ __all__ = [
     "layers_to_cross",
     "time_layers",
     "describe_timings",
+    "timings_table",
     "timings_chart",
 ]
 
@@ -252,15 +253,23 @@ def _compare(table: pd.DataFrame, first: str, second: str) -> str:
     return f"{earlier} is faster up to n = {lengths[lengths.index(switches[0]) - 1]}, {later} from n = {switches[0]} on"
 
 
+SHORT_NAMES = {"self-attention": "attention", "recurrent": "GRU", "convolutional": "conv"}
+
+
+def timings_table(timings: pd.DataFrame) -> str:
+    """The timings as a narrow text table (a phone's width): one row per ``n``, in milliseconds."""
+    table = timings.pivot(index="n", columns="layer", values="milliseconds")[list(LAYERS)]
+    lines = [f"{'n':>6}" + "".join(f"{SHORT_NAMES[kind]:>11}" for kind in LAYERS)]
+    for n, row in table.iterrows():
+        lines.append(f"{n:>6}" + "".join(f"{_ms(row[kind]):>11}" for kind in LAYERS))
+    return "\n".join(lines)
+
+
 def describe_timings(timings: pd.DataFrame) -> list[str]:
     """Sentences that say what the measured timings show (which layer is fastest where, where the
     curves cross): computed from the numbers, because they differ from machine to machine."""
     table = timings.pivot(index="n", columns="layer", values="milliseconds")
-    lines = []
-    for n, row in table.iterrows():
-        order = " < ".join(f"{kind} {_ms(row[kind])}" for kind in row.sort_values().index)
-        lines.append(f"n = {n}: {order} ms")
-    lines += [_compare(table, first, second) for first, second in
+    lines = [_compare(table, first, second) for first, second in
               [("self-attention", "recurrent"), ("self-attention", "convolutional"), ("recurrent", "convolutional")]]
     longest, shortest = table.index[-1], table.index[0]
     growth = table.loc[longest] / table.loc[shortest]
@@ -279,5 +288,5 @@ def timings_chart(timings: pd.DataFrame, title: str = "One layer's forward time"
         y=alt.Y("milliseconds:Q", scale=alt.Scale(type="log"), title="milliseconds (log scale)"),
         color=alt.Color("layer:N", title=None, sort=list(LAYERS), legend=alt.Legend(orient="bottom")),
         tooltip=["n", "layer", alt.Tooltip("milliseconds:Q", format=".3f")],
-    ).properties(width=300, height=230, title=title)
+    ).properties(width=260, height=230, title=title)
 
