@@ -109,3 +109,15 @@ def test_operation_counts_match_the_formulas_attention_is_cheaper_below_n_equals
     assert attention == 4 * n * n * d + 8 * n * d * d  # scores and mixing, four projections
     assert recurrent == 12 * n * d * d  # three gates, two d x d products each, per position
     assert (attention < recurrent) == (n < d)
+
+
+def test_the_timings_chart_draws_every_measurement_with_the_lengths_as_ticks() -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame([{"n": n, "layer": k, "milliseconds": 0.5 * n}
+                          for n in (16, 1024, 8192) for k in layer_costs.LAYERS])
+    spec = layer_costs.timings_chart(frame).to_dict()  # validates against the Vega-Lite schema
+    rows = spec["datasets"][next(iter(spec["datasets"]))]
+    assert len(rows) == 9 and {r["layer"] for r in rows} == set(layer_costs.LAYERS)
+    assert spec["encoding"]["x"]["axis"]["values"] == [16, 1024, 8192]
+    assert spec["encoding"]["x"]["scale"]["type"] == spec["encoding"]["y"]["scale"]["type"] == "log"

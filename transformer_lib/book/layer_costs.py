@@ -278,13 +278,18 @@ def describe_timings(timings: pd.DataFrame) -> list[str]:
     return lines
 
 
+# Axis labels that fit a narrow chart: 16, 256, 1k, 8k (powers of two, so 1k is 1,024).
+_K_LABELS = "datum.value >= 1024 ? datum.value / 1024 + 'k' : datum.value"
+
+
 def timings_chart(timings: pd.DataFrame, title: str = "One layer's forward time") -> object:
     """Log-log lines of time against sequence length, one per layer kind, with tooltips."""
     import altair as alt
 
     frame = timings.assign(milliseconds=timings.milliseconds.round(3))
     return alt.Chart(frame).mark_line(point=True).encode(
-        x=alt.X("n:Q", scale=alt.Scale(type="log", base=2), title="sequence length n (log scale)"),
+        x=alt.X("n:Q", scale=alt.Scale(type="log", base=2), title="sequence length n (log scale, 1k = 1,024)",
+                axis=alt.Axis(values=sorted(set(frame.n)), labelExpr=_K_LABELS)),
         y=alt.Y("milliseconds:Q", scale=alt.Scale(type="log"), title="milliseconds (log scale)"),
         color=alt.Color("layer:N", title=None, sort=list(LAYERS), legend=alt.Legend(orient="bottom")),
         tooltip=["n", "layer", alt.Tooltip("milliseconds:Q", format=".3f")],
