@@ -259,9 +259,10 @@ SHORT_NAMES = {"self-attention": "attention", "recurrent": "GRU", "convolutional
 def timings_table(timings: pd.DataFrame) -> str:
     """The timings as a narrow text table (a phone's width): one row per ``n``, in milliseconds."""
     table = timings.pivot(index="n", columns="layer", values="milliseconds")[list(LAYERS)]
-    lines = [f"{'n':>6}" + "".join(f"{SHORT_NAMES[kind]:>11}" for kind in LAYERS)]
+    widths = [10, 9, 9]  # 33 characters a row, with n
+    lines = [f"{'n':>5}" + "".join(f"{SHORT_NAMES[kind]:>{w}}" for kind, w in zip(LAYERS, widths))]
     for n, row in table.iterrows():
-        lines.append(f"{n:>6}" + "".join(f"{_ms(row[kind]):>11}" for kind in LAYERS))
+        lines.append(f"{n:>5}" + "".join(f"{_ms(row[kind]):>{w}}" for kind, w in zip(LAYERS, widths)))
     return "\n".join(lines)
 
 
