@@ -18,6 +18,7 @@ from transformer_lib.training import (
     RunningMean,
     TrainConfig,
     Trainer,
+    annotated_smoothed_targets,
     evaluate,
     exact_match_counts,
     label_smoothed_cross_entropy,
@@ -63,6 +64,70 @@ def test_loss_is_cross_entropy_against_the_smoothed_distribution() -> None:
     assert q[0, target[0]] == pytest.approx(0.8 + 0.2 / 13) and q.min() == pytest.approx(0.2 / 13)
     by_hand = -(q * logits.log_softmax(-1)).sum(-1).mean()
     torch.testing.assert_close(label_smoothed_cross_entropy(logits, target, 0.2, ignore_index=-100), by_hand)
+
+
+def test_annotated_targets_equal_a_hand_built_distribution() -> None:
+    q = annotated_smoothed_targets(torch.tensor([2, 4, 0]), vocab_size=5, label_smoothing=0.1, pad_id=0)
+    third = 0.1 / 3  # epsilon over the V - 2 = 3 tokens that are neither the target nor the pad
+    expected = torch.tensor([[0.0, third, 0.9, third, third], [0.0, third, third, third, 0.9], [0.0] * 5])
+    torch.testing.assert_close(q, expected)
+
+
+@pytest.mark.parametrize("pad_id", [0, 3])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 0.4])
+def test_annotated_targets_rows_sum_to_one_with_a_zero_pad_column(pad_id: int, label_smoothing: float) -> None:
+    torch.manual_seed(0)
+    target = torch.randint(0, 9, (40,))
+    q = annotated_smoothed_targets(target, 9, label_smoothing, pad_id=pad_id)  # (N, V)
+    kept = target != pad_id
+    torch.testing.assert_close(q[kept].sum(-1), torch.ones(int(kept.sum())))
+    assert (q[:, pad_id] == 0).all() and (q[~kept] == 0).all()
+    torch.testing.assert_close(q[kept, target[kept]], torch.full((int(kept.sum()),), 1.0 - label_smoothing))
+
+
+def test_annotated_targets_match_the_annotated_transformers_code() -> None:
+    # LabelSmoothing.forward of the Annotated Transformer (2022), written with today's tensor API
+    torch.manual_seed(0)
+    target, size, padding_idx, smoothing = torch.randint(0, 11, (30,)), 11, 0, 0.1
+    true_dist = torch.empty(30, size).fill_(smoothing / (size - 2))
+    true_dist.scatter_(1, target.unsqueeze(1), 1.0 - smoothing)
+    true_dist[:, padding_idx] = 0
+    mask = torch.nonzero(target == padding_idx)
+    true_dist.index_fill_(0, mask.squeeze(-1), 0.0)
+    torch.testing.assert_close(annotated_smoothed_targets(target, size, smoothing, padding_idx), true_dist)
+
+
+@pytest.mark.parametrize("convention", ["pytorch", "annotated"])
+def test_cross_entropy_is_kl_plus_entropy_and_has_the_same_gradient(convention: str) -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(6, 7, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(1, 7, (6,))
+    if convention == "pytorch":
+        q = smoothed_target_distribution(target, 7, 0.1).double()
+    else:
+        q = annotated_smoothed_targets(target, 7, 0.1, pad_id=0).double()
+    log_p = logits.log_softmax(-1)
+    cross_entropy = -(q * log_p).sum()
+    kl = F.kl_div(log_p, q, reduction="sum")
+    entropy = -(q * q.clamp_min(1e-300).log()).sum()  # 0 log 0 = 0
+    torch.testing.assert_close(cross_entropy, kl + entropy)
+    (grad_ce,) = torch.autograd.grad(cross_entropy, logits, retain_graph=True)
+    (grad_kl,) = torch.autograd.grad(kl, logits)
+    torch.testing.assert_close(grad_ce, grad_kl)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"label_smoothing": -0.1}, "label_smoothing"),
+        ({"vocab_size": 2}, "vocab_size must be at least 3"),
+        ({"pad_id": 5}, r"pad_id 5 is outside the vocabulary \[0, 4\]"),
+    ],
+)
+def test_annotated_targets_reject_bad_input(kwargs, message: str) -> None:
+    args = {"target": torch.tensor([1, 2]), "vocab_size": 5, "label_smoothing": 0.1} | kwargs
+    with pytest.raises(ValueError, match=message):
+        annotated_smoothed_targets(**args)
 
 
 @pytest.mark.parametrize("scale", [1e-6, 1.0, 1e4])

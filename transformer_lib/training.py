@@ -35,6 +35,7 @@ from .distributed import get_rank, get_world_size, wait_for_all
 __all__ = [
     "label_smoothed_cross_entropy",
     "smoothed_target_distribution",
+    "annotated_smoothed_targets",
     "noam_rate",
     "warmup_cosine_rate",
     "NoamSchedule",
@@ -157,6 +158,40 @@ def smoothed_target_distribution(target: Tensor, vocab_size: int, label_smoothin
         raise ValueError(f"target must be (N,), got {tuple(target.shape)}")
     dist = torch.full((target.size(0), vocab_size), label_smoothing / vocab_size)  # (N, V)
     dist[torch.arange(target.size(0)), target] += 1.0 - label_smoothing
+    return dist
+
+
+def annotated_smoothed_targets(target: Tensor, vocab_size: int, label_smoothing: float, pad_id: int = 0) -> Tensor:
+    r"""The Annotated Transformer's smoothed targets: the other convention, for comparison.
+
+    The correct token gets exactly :math:`1-\varepsilon`; the mass :math:`\varepsilon` is spread over
+    the :math:`V-2` tokens that are neither the correct one nor the pad; the pad's column is zero, and
+    so is every row whose target is the pad (that position is not trained). The Annotated
+    Transformer compares these rows with the model's log-probabilities by KL divergence
+    (``nn.KLDivLoss(reduction="sum")``). The library's training uses
+    :func:`smoothed_target_distribution`'s convention instead (PyTorch's).
+
+    Args:
+        target: ``(N,)`` token ids.
+        vocab_size: ``V``, at least 3 (the target, the pad and one more).
+        label_smoothing: :math:`\varepsilon`.
+        pad_id: the padding id.
+
+    Returns:
+        ``(N, V)``: rows summing to 1, all-zero rows where ``target == pad_id``.
+    """
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if target.dim() != 1:
+        raise ValueError(f"target must be (N,), got {tuple(target.shape)}")
+    if vocab_size < 3:
+        raise ValueError(f"vocab_size must be at least 3 (target, pad and one more), got {vocab_size}")
+    if not 0 <= pad_id < vocab_size:
+        raise ValueError(f"pad_id {pad_id} is outside the vocabulary [0, {vocab_size - 1}]")
+    dist = torch.full((target.size(0), vocab_size), label_smoothing / (vocab_size - 2))  # (N, V)
+    dist[torch.arange(target.size(0)), target] = 1.0 - label_smoothing
+    dist[:, pad_id] = 0.0
+    dist[target == pad_id] = 0.0
     return dist
 
 

@@ -1,0 +1,51 @@
+"""Chapter 5's matplotlib figures (transformer_lib.book.training_figures).
+
+Each draws the data it was given on axes it returns (never shows them), stays within 540 px at
+100 dpi, and rejects input it cannot draw with a message that names the shapes.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from transformer_lib.book.training_figures import smoothing_conventions_figure, target_mask_figure  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def test_target_mask_figure_draws_the_mask_with_token_labels() -> None:
+    mask = torch.tril(torch.ones(4, 4, dtype=torch.bool))
+    ax = target_mask_figure(mask, ["<bos>", "1", "2", "3"], "causal")
+    image = ax.get_images()[0].get_array()
+    assert (image == mask.float().numpy()).all()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["<bos>", "1", "2", "3"]
+    assert ax.get_title() == "causal" and ax.figure.get_figwidth() * ax.figure.dpi <= 540
+
+
+def test_target_mask_figure_rejects_a_mask_that_does_not_match_its_labels() -> None:
+    with pytest.raises(ValueError, match=r"T = len\(labels\) = 3, got \(4, 4\)"):
+        target_mask_figure(torch.ones(4, 4, dtype=torch.bool), ["a", "b", "c"], "x")
+
+
+def test_smoothing_conventions_figure_has_one_bar_per_token_and_convention() -> None:
+    ours, theirs = torch.tensor([0.02, 0.02, 0.92, 0.02, 0.02]), torch.tensor([0.0, 0.1 / 3, 0.9, 0.1 / 3, 0.1 / 3])
+    ax = smoothing_conventions_figure({"ours": ours, "theirs": theirs}, list("abcde"))
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == pytest.approx(ours.tolist() + theirs.tolist())
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["ours", "theirs"]
+    assert ax.figure.get_figwidth() * ax.figure.dpi <= 540
+
+
+@pytest.mark.parametrize(("distributions", "message"), [({}, "empty"), ({"q": torch.ones(4)}, r"'q' must be \(V,\) with V = len")])
+def test_smoothing_conventions_figure_rejects_bad_input(distributions, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        smoothing_conventions_figure(distributions, list("abcde"))
