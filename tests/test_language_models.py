@@ -101,3 +101,20 @@ def test_perplexity_refuses_batches_without_scored_tokens() -> None:
     targets = torch.full_like(inputs, IGNORE_INDEX)
     with pytest.raises(ValueError, match="no scored tokens"):
         perplexity(tiny_lm(), [(inputs, targets)])
+
+
+def test_caption_corpus_reads_one_side_of_the_fixture() -> None:
+    from pathlib import Path
+
+    from transformer_lib.language_models import caption_corpus
+    from transformer_lib.vocab import SPECIALS, tokenizer
+
+    fixture = Path(__file__).parent / "fixtures" / "multi30k"
+    checksums = {line.split()[1]: line.split()[0] for line in (fixture / "SHA256SUMS").read_text().splitlines()}
+    corpus = caption_corpus(fixture, checksums=checksums, min_freq=1, extra_specials=("<mask>",))
+    assert corpus.vocab.tokens[:5] == [*SPECIALS, "<mask>"]
+    assert len(corpus.ids["train"]) == 60 and len(corpus.ids["val"]) == 8
+    first = corpus.text["train"][0]
+    assert corpus.vocab.decode(corpus.ids["train"][0]) == tokenizer("en")(first.lower())
+    with pytest.raises(ValueError, match="include 'train'"):
+        caption_corpus(fixture, checksums=checksums, splits=("val",))

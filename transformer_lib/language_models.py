@@ -1,6 +1,7 @@
 """Language models on plain sentences (chapter 7): batches for next-token prediction, the loss, perplexity,
 and the short training loop that the decoder-only and the masked (encoder-only) models share.
 
+- Data: :func:`caption_corpus`, one side of Multi30k (the English captions) as word ids.
 - Batches: :func:`lm_batch` (one batch of sentences, shifted by one), :func:`lm_batches` (a corpus,
   length-bucketed with chapter 5's :class:`~transformer_lib.batching.BucketBatchSampler`).
 - Loss and evaluation: :func:`next_token_loss`, :func:`token_nll`, :func:`perplexity`.
@@ -15,15 +16,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .batching import BucketBatchSampler, pad_sequences
+from .multi30k import load_multi30k
+from .vocab import SPECIALS, Vocab, tokenize_corpus
 
 __all__ = [
     "IGNORE_INDEX",
+    "CaptionCorpus",
+    "caption_corpus",
     "lm_batch",
     "lm_batches",
     "next_token_loss",
@@ -36,6 +44,43 @@ __all__ = [
 IGNORE_INDEX = -100
 
 LossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
+
+
+@dataclass
+class CaptionCorpus:
+    """Sentences of one language as word ids: a vocabulary built on ``train``, and each split's ids and text."""
+
+    vocab: Vocab
+    ids: dict[str, list[list[int]]]
+    text: dict[str, list[str]]
+
+
+def caption_corpus(
+    root: str | Path | None = None,
+    *,
+    lang: str = "en",
+    splits: Sequence[str] = ("train", "val"),
+    min_freq: int = 2,
+    lowercase: bool = True,
+    extra_specials: Sequence[str] = (),
+    **find_options: Any,
+) -> CaptionCorpus:
+    """One side of Multi30k as a monolingual corpus: spaCy words, a vocabulary of the training words
+    seen at least ``min_freq`` times (after :data:`~transformer_lib.vocab.SPECIALS` and
+    ``extra_specials``, e.g. ``<mask>``), and each split as ids (rarer words are ``<unk>``).
+
+    ``root`` and ``find_options`` are :func:`~transformer_lib.multi30k.load_multi30k`'s (the files
+    are looked for in ``root``, then ``MULTI30K_DIR``, then downloaded).
+    """
+    other = "de" if lang == "en" else "en"
+    text = {split: [pair[1] for pair in load_multi30k(split, root, src_lang=other, tgt_lang=lang, **find_options)]
+            for split in splits}
+    words = {split: tokenize_corpus(sentences, lang, lowercase=lowercase) for split, sentences in text.items()}
+    if "train" not in words:
+        raise ValueError(f"the vocabulary is built on the training split: include 'train' in splits, got {list(splits)}")
+    vocab = Vocab.build(words["train"], min_freq=min_freq, specials=(*SPECIALS, *extra_specials))
+    ids = {split: [vocab.encode(sentence) for sentence in sentences if sentence] for split, sentences in words.items()}
+    return CaptionCorpus(vocab, ids, text)
 
 
 def lm_batch(sentences: Sequence[Sequence[int]], *, bos_id: int, eos_id: int, pad_id: int) -> tuple[Tensor, Tensor]:

@@ -69,23 +69,28 @@ def mask_tokens(
     """
     if not 0.0 < pick_rate <= 1.0:
         raise ValueError(f"pick_rate must be in (0, 1], got {pick_rate}")
+    specials, words = _special_and_word_ids(mask_id, vocab_size, special_ids)
+    cpu = tokens.cpu()
+    draw = torch.rand(cpu.shape, generator=generator)  # (B, T) picks
+    kind = torch.rand(cpu.shape, generator=generator)  # (B, T) what happens to a pick
+    random_words = words[torch.randint(len(words), cpu.shape, generator=generator)]  # (B, T)
+    picked = (draw < pick_rate) & ~torch.isin(cpu, specials)  # (B, T) scored positions
+    inputs = torch.where(picked & (kind < 0.8), mask_id, cpu)  # 80%: <mask>
+    inputs = torch.where(picked & (kind >= 0.8) & (kind < 0.9), random_words, inputs)  # 10%: a random word
+    targets = torch.where(picked, cpu, IGNORE_INDEX)
+    return MaskedTokens(inputs.to(tokens.device), targets.to(tokens.device), picked.to(tokens.device))
+
+
+def _special_and_word_ids(mask_id: int, vocab_size: int, special_ids: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """The special ids as a tensor, and the ids below ``vocab_size`` that are not special."""
     specials = torch.as_tensor(list(special_ids), dtype=torch.long)
     if mask_id not in specials.tolist():
         raise ValueError(f"mask_id={mask_id} must be one of special_ids={specials.tolist()}")
     ordinary = torch.ones(vocab_size, dtype=torch.bool)
     ordinary[specials[specials < vocab_size]] = False
-    words = ordinary.nonzero().squeeze(1)  # ids a random replacement may take
-    if words.numel() == 0:
+    if not ordinary.any():
         raise ValueError(f"every id below vocab_size={vocab_size} is special: nothing to replace with")
-    cpu = tokens.cpu()
-    draw = torch.rand(cpu.shape, generator=generator)  # (B, T) picks
-    kind = torch.rand(cpu.shape, generator=generator)  # (B, T) what happens to a pick
-    random_words = words[torch.randint(len(words), cpu.shape, generator=generator)]  # (B, T)
-    picked = (draw < pick_rate) & ~torch.isin(cpu, specials)
-    inputs = torch.where(picked & (kind < 0.8), mask_id, cpu)
-    inputs = torch.where(picked & (kind >= 0.8) & (kind < 0.9), random_words, inputs)
-    targets = torch.where(picked, cpu, IGNORE_INDEX)
-    return MaskedTokens(inputs.to(tokens.device), targets.to(tokens.device), picked.to(tokens.device))
+    return specials, ordinary.nonzero().squeeze(1)
 
 
 def encoder_only_config(preset: str, vocab_size: int, **overrides: Any) -> TransformerConfig:
