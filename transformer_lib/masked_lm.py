@@ -43,15 +43,8 @@ class MaskedTokens:
     picked: Tensor
 
 
-def mask_tokens(
-    tokens: Tensor,
-    *,
-    mask_id: int,
-    vocab_size: int,
-    special_ids: Sequence[int],
-    pick_rate: float = 0.15,
-    generator: torch.Generator | None = None,
-) -> MaskedTokens:
+def mask_tokens(tokens: Tensor, *, mask_id: int, vocab_size: int, special_ids: Sequence[int],
+                pick_rate: float = 0.15, generator: torch.Generator | None = None) -> MaskedTokens:
     """BERT's corruption: pick each ordinary token with probability ``pick_rate``; of the picked,
     80% become ``mask_id``, 10% a random ordinary token, 10% stay as they are.
 
@@ -150,7 +143,9 @@ class EncoderOnlyTransformer(nn.Module):
         """``padding_mask(tokens)`` with ``config.pad_id``: every real token may attend to every other."""
         return padding_mask(tokens, self.config.pad_id)
 
-    def encode(self, tokens: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> tuple[Tensor, list[Tensor | None]]:
+    def encode(
+        self, tokens: Tensor, mask: Tensor | None = None, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor | None]]:
         """Token ids ``(B, T)`` -> states ``(B, T, D)`` and, with ``need_weights``, each layer's attention."""
         Transformer._check_ids(tokens, "tokens")
         mask = self.make_mask(tokens) if mask is None else mask
