@@ -83,7 +83,9 @@ def caption_corpus(
     return CaptionCorpus(vocab, ids, text)
 
 
-def lm_batch(sentences: Sequence[Sequence[int]], *, bos_id: int, eos_id: int, pad_id: int) -> tuple[Tensor, Tensor]:
+def lm_batch(
+    sentences: Sequence[Sequence[int]], *, bos_id: int, eos_id: int, pad_id: int
+) -> tuple[Tensor, Tensor]:
     """One batch for next-token prediction: ``<bos> w1 .. wn`` in, ``w1 .. wn <eos>`` out.
 
     Padding in the targets becomes :data:`IGNORE_INDEX`, so it is never scored.
@@ -99,10 +101,10 @@ def lm_batch(sentences: Sequence[Sequence[int]], *, bos_id: int, eos_id: int, pa
     if len(sentences) == 0:
         raise ValueError("lm_batch needs at least one sentence, got none")
     if any(len(s) == 0 for s in sentences):
-        raise ValueError("every sentence needs at least one token; drop the empty ones first")
-    inputs = pad_sequences([[bos_id, *s] for s in sentences], pad_id)  # (B, T)
-    targets = pad_sequences([[*s, eos_id] for s in sentences], IGNORE_INDEX)  # (B, T)
-    return inputs, targets
+        raise ValueError("every sentence needs a token; drop the empty ones first")
+    inputs = pad_sequences([[bos_id, *s] for s in sentences], pad_id)
+    targets = pad_sequences([[*s, eos_id] for s in sentences], IGNORE_INDEX)
+    return inputs, targets  # (B, T) each
 
 
 def lm_batches(
@@ -141,7 +143,9 @@ def token_nll(model: nn.Module, inputs: Tensor, targets: Tensor) -> tuple[float,
     return nll.item(), int((targets != IGNORE_INDEX).sum())
 
 
-def perplexity(model: nn.Module, batches: Sequence[tuple[Tensor, Tensor]], device: torch.device | str = "cpu") -> float:
+def perplexity(
+    model: nn.Module, batches: Sequence[tuple[Tensor, Tensor]], device: torch.device | str = "cpu"
+) -> float:
     """``exp`` of the mean negative log-likelihood per scored token, over all batches.
 
     The mean is over tokens, not over batches, so a batch of long sentences counts for more. A
