@@ -83,9 +83,8 @@ def caption_corpus(
     return CaptionCorpus(vocab, ids, text)
 
 
-def lm_batch(
-    sentences: Sequence[Sequence[int]], *, bos_id: int, eos_id: int, pad_id: int
-) -> tuple[Tensor, Tensor]:
+def lm_batch(sentences: Sequence[Sequence[int]], *,
+             bos_id: int, eos_id: int, pad_id: int) -> tuple[Tensor, Tensor]:
     """One batch for next-token prediction: ``<bos> w1 .. wn`` in, ``w1 .. wn <eos>`` out.
 
     Padding in the targets becomes :data:`IGNORE_INDEX`, so it is never scored.
@@ -101,7 +100,7 @@ def lm_batch(
     if len(sentences) == 0:
         raise ValueError("lm_batch needs at least one sentence, got none")
     if any(len(s) == 0 for s in sentences):
-        raise ValueError("every sentence needs a token; drop the empty ones first")
+        raise ValueError("every sentence needs a token: drop empty ones")
     inputs = pad_sequences([[bos_id, *s] for s in sentences], pad_id)
     targets = pad_sequences([[*s, eos_id] for s in sentences], IGNORE_INDEX)
     return inputs, targets  # (B, T) each
