@@ -1,0 +1,142 @@
+"""BERT's masking and the encoder-only model (chapter 7): 80/10/10, specials never picked,
+reproducible masks, shapes, tied weights, padding invariance, and that it is not causal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer_lib.checks import check_padding_invariance
+from transformer_lib.language_models import IGNORE_INDEX, train_steps
+from transformer_lib.masked_lm import (
+    EncoderOnlyTransformer,
+    encoder_only_config,
+    mask_tokens,
+    masked_token_accuracy,
+    masked_token_loss,
+)
+
+PAD, UNK, BOS, EOS, MASK_ID = 0, 1, 2, 3, 4
+SPECIAL = [PAD, UNK, BOS, EOS, MASK_ID]
+V = 40
+
+
+def encoder(**overrides) -> EncoderOnlyTransformer:
+    values = dict(d_model=16, n_heads=2, n_encoder_layers=2, d_ff=32, dropout=0.0, max_len=64)
+    return EncoderOnlyTransformer(encoder_only_config("tiny", vocab_size=V, **{**values, **overrides}))
+
+
+def masked(tokens, seed=0, **kwargs):
+    return mask_tokens(tokens, mask_id=MASK_ID, vocab_size=V, special_ids=SPECIAL,
+                       generator=torch.Generator().manual_seed(seed), **kwargs)
+
+
+def corpus(n=400, t=50) -> torch.Tensor:
+    tokens = torch.randint(5, V, (n, t), generator=torch.Generator().manual_seed(1))
+    tokens[:, 0] = BOS
+    tokens[:, -10:] = PAD  # a padded tail
+    return tokens
+
+
+def test_mask_tokens_picks_15_percent_and_splits_them_80_10_10() -> None:
+    tokens = corpus()
+    m = masked(tokens)
+    ordinary = ~torch.isin(tokens, torch.tensor(SPECIAL))
+    assert m.picked[ordinary].float().mean().item() == pytest.approx(0.15, abs=0.01)
+    picked_inputs, originals = m.inputs[m.picked], tokens[m.picked]
+    as_mask = (picked_inputs == MASK_ID).float().mean().item()
+    kept = (picked_inputs == originals).float().mean().item()
+    randomised = 1 - as_mask - kept
+    assert as_mask == pytest.approx(0.8, abs=0.02)
+    assert kept == pytest.approx(0.1 + 0.1 / (V - 5), abs=0.02)  # a random word can be the same one
+    assert randomised == pytest.approx(0.1, abs=0.02)
+    assert not torch.isin(picked_inputs[picked_inputs != MASK_ID], torch.tensor(SPECIAL[:4])).any()
+
+
+def test_only_picked_tokens_are_scored_and_the_rest_is_unchanged() -> None:
+    tokens = corpus()
+    m = masked(tokens)
+    assert torch.equal(m.targets[m.picked], tokens[m.picked])
+    assert (m.targets[~m.picked] == IGNORE_INDEX).all()
+    assert torch.equal(m.inputs[~m.picked], tokens[~m.picked])
+
+
+def test_specials_are_never_picked() -> None:
+    tokens = torch.tensor(SPECIAL * 40).view(8, 25)
+    m = masked(tokens, pick_rate=1.0)
+    assert not m.picked.any() and torch.equal(m.inputs, tokens)
+    mixed = corpus()
+    m = masked(mixed, pick_rate=1.0)  # everything ordinary is picked, nothing else
+    assert torch.equal(m.picked, ~torch.isin(mixed, torch.tensor(SPECIAL)))
+
+
+def test_masks_are_deterministic_with_a_generator() -> None:
+    tokens = corpus()
+    a, b, c = masked(tokens, seed=5), masked(tokens, seed=5), masked(tokens, seed=6)
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+    assert not torch.equal(a.inputs, c.inputs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(pick_rate=0.0), "pick_rate"),
+    (dict(pick_rate=1.5), "pick_rate"),
+    (dict(mask_id=39), "mask_id=39"),
+])
+def test_mask_tokens_refuses_bad_arguments(kwargs, match) -> None:
+    args = {**dict(mask_id=MASK_ID, vocab_size=V, special_ids=SPECIAL), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        mask_tokens(corpus(4, 6), **args)
+
+
+def test_encoder_only_shapes_and_one_tied_parameter() -> None:
+    model = encoder()
+    assert model(torch.randint(5, V, (3, 7))).shape == (3, 7, V)
+    assert model.generator.weight is model.embed.weight
+    names = [name for name, _ in model.named_parameters()]
+    assert "generator.weight" not in names  # counted once
+
+
+def test_encoder_only_refuses_a_config_with_a_decoder() -> None:
+    from transformer_lib.model import TransformerConfig
+    with pytest.raises(ValueError, match="n_decoder_layers=2"):
+        EncoderOnlyTransformer(TransformerConfig.from_preset("tiny", src_vocab_size=V, tgt_vocab_size=V))
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "rope"])
+def test_encoder_only_ignores_padding(positional: str) -> None:
+    model = encoder(positional=positional).eval()
+    tokens = torch.randint(5, V, (2, 9))
+    tokens[0, 6:] = PAD
+    tokens[1, 4:] = PAD
+    mask = model.make_mask(tokens)  # fixed: the perturbation writes words where the pads were
+    check_padding_invariance(lambda x: model(x, mask), tokens, tokens != PAD,
+                             perturb=lambda x, g: torch.randint(5, V, x.shape, generator=g))
+    longer = torch.cat([tokens, torch.full((2, 5), PAD)], dim=1)  # more pads change nothing
+    with torch.no_grad():
+        assert torch.allclose(model(longer)[:, :9], model(tokens), atol=1e-5)
+
+
+def test_encoder_only_is_not_causal_a_later_token_changes_an_earlier_output() -> None:
+    model = encoder().eval()
+    tokens = torch.randint(5, V, (1, 8))
+    changed = tokens.clone()
+    changed[0, -1] = 5 if tokens[0, -1] != 5 else 6  # only the last token differs
+    with torch.no_grad():
+        before, after = model(tokens), model(changed)
+    assert not torch.allclose(before[0, 0], after[0, 0], atol=1e-4)  # the first position saw it
+    maps = model.attention_maps(tokens)
+    assert (maps[0][0, :, 0, -1] > 0).all()  # the first query attends to the last key
+
+
+def test_masked_loss_trains_the_model_to_fill_in_a_copied_token() -> None:
+    # each sentence is one word repeated: a masked position can be read off its neighbours
+    words = torch.randint(5, V, (64, 1), generator=torch.Generator().manual_seed(2)).expand(64, 8)
+    batches = []
+    for step in range(150):
+        m = masked(words, seed=step, pick_rate=0.3)
+        batches.append((m.inputs, m.targets))
+    model = encoder()
+    losses = train_steps(model, batches, masked_token_loss, lr=1e-2, warmup_steps=10)
+    assert losses[-1] < 0.3 * losses[0]
+    m = masked(words, seed=999, pick_rate=0.3)
+    assert masked_token_accuracy(model, [(m.inputs, m.targets)]) > 0.9

@@ -1,0 +1,190 @@
+"""Masked-token prediction (BERT, Devlin et al. 2019) and the encoder-only model it trains (chapter 7).
+
+- :func:`mask_tokens`: pick 15% of the tokens; of those, 80% become ``<mask>``, 10% a random word,
+  10% stay; only the picked ones are scored.
+- :class:`EncoderOnlyTransformer`: chapter 4's encoder stack, no causal mask, with an output layer
+  tied to the embedding; :func:`encoder_only_config` makes its configuration.
+- :func:`masked_token_loss`: the loss on the picked positions only.
+
+Shapes:
+
+    B  batch size    T  sequence length    D  model width    H  heads    V  vocabulary size
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .blocks import Encoder, EncoderLayer
+from .embeddings import TokenEmbedding
+from .language_models import IGNORE_INDEX
+from .masking import padding_mask
+from .model import Transformer, TransformerConfig, _final_norm, _layer_args, attention_positions, init_parameters, input_positions
+from .positional_attention import with_attention_positions
+
+__all__ = ["MASK", "MaskedTokens", "mask_tokens", "encoder_only_config", "EncoderOnlyTransformer", "masked_token_loss", "masked_token_accuracy"]
+
+MASK = "<mask>"
+
+
+@dataclass
+class MaskedTokens:
+    """The model's input, the scored targets (:data:`~transformer_lib.language_models.IGNORE_INDEX`
+    where not picked) and which positions were picked, each ``(B, T)``."""
+
+    inputs: Tensor
+    targets: Tensor
+    picked: Tensor
+
+
+def mask_tokens(tokens: Tensor, *, mask_id: int, vocab_size: int, special_ids: Sequence[int],
+                pick_rate: float = 0.15, generator: torch.Generator | None = None) -> MaskedTokens:
+    """BERT's corruption: pick each ordinary token with probability ``pick_rate``; of the picked,
+    80% become ``mask_id``, 10% a random ordinary token, 10% stay as they are.
+
+    Specials (padding, ``<bos>``, ``<mask>``...: ``special_ids``) are never picked, and random
+    replacements are never specials. The kept 10% make the model predict every input word, not only
+    masked ones: at test time there is no ``<mask>`` (Devlin et al. 2019, appendix A.1).
+
+    Args:
+        tokens: ids ``(B, T)``.
+        mask_id: the ``<mask>`` id (it must be in ``special_ids``).
+        vocab_size: ``V``; random replacements are drawn from the ids below it that are not special.
+        special_ids: ids that are never picked.
+        pick_rate: share of the ordinary tokens that are scored, in ``(0, 1]``.
+        generator: for reproducible masks.
+    """
+    if not 0.0 < pick_rate <= 1.0:
+        raise ValueError(f"pick_rate must be in (0, 1], got {pick_rate}")
+    specials, words = _special_and_word_ids(mask_id, vocab_size, special_ids)
+    cpu = tokens.cpu()
+    draw = torch.rand(cpu.shape, generator=generator)  # (B, T) picks
+    kind = torch.rand(cpu.shape, generator=generator)  # (B, T) what happens to a pick
+    random_words = words[torch.randint(len(words), cpu.shape, generator=generator)]  # (B, T)
+    picked = (draw < pick_rate) & ~torch.isin(cpu, specials)  # (B, T) scored positions
+    inputs = torch.where(picked & (kind < 0.8), mask_id, cpu)  # 80%: <mask>
+    inputs = torch.where(picked & (kind >= 0.8) & (kind < 0.9), random_words, inputs)  # 10%: a random word
+    targets = torch.where(picked, cpu, IGNORE_INDEX)
+    return MaskedTokens(inputs.to(tokens.device), targets.to(tokens.device), picked.to(tokens.device))
+
+
+def _special_and_word_ids(mask_id: int, vocab_size: int, special_ids: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """The special ids as a tensor, and the ids below ``vocab_size`` that are not special."""
+    specials = torch.as_tensor(list(special_ids), dtype=torch.long)
+    if mask_id not in specials.tolist():
+        raise ValueError(f"mask_id={mask_id} must be one of special_ids={specials.tolist()}")
+    ordinary = torch.ones(vocab_size, dtype=torch.bool)
+    ordinary[specials[specials < vocab_size]] = False
+    if not ordinary.any():
+        raise ValueError(f"every id below vocab_size={vocab_size} is special: nothing to replace with")
+    return specials, ordinary.nonzero().squeeze(1)
+
+
+def encoder_only_config(preset: str, vocab_size: int, **overrides: Any) -> TransformerConfig:
+    """A preset's sizes for an :class:`EncoderOnlyTransformer`: no decoder, one vocabulary.
+
+    Example:
+        >>> cfg = encoder_only_config("tiny", vocab_size=20)
+        >>> cfg.n_encoder_layers, cfg.n_decoder_layers
+        (2, 0)
+    """
+    return TransformerConfig.from_preset(
+        preset, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, n_decoder_layers=0,
+        share_embeddings=True, **overrides,
+    )
+
+
+class EncoderOnlyTransformer(nn.Module):
+    """An encoder-only model (BERT, Devlin et al. 2019): every position attends to every other.
+
+    Token embedding, positions, chapter 4's encoder layers under a padding mask only (no causal
+    mask: each output sees the words after it as well as before), a final LayerNorm (Pre-LN), and an
+    output layer tied to the embedding that predicts the token at each position.
+
+    Args:
+        config: a :class:`TransformerConfig` with ``n_decoder_layers=0`` and one vocabulary
+            (:func:`encoder_only_config` makes one).
+
+    Shape:
+        tokens ``(B, T)``; mask broadcastable to ``(B, H, T, T)`` (default: padding only) -> logits ``(B, T, V)``.
+
+    Example:
+        >>> model = EncoderOnlyTransformer(encoder_only_config("tiny", vocab_size=11))
+        >>> model(torch.randint(1, 11, (2, 5))).shape
+        torch.Size([2, 5, 11])
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        c = config
+        if c.n_decoder_layers != 0 or c.src_vocab_size != c.tgt_vocab_size:
+            raise ValueError(
+                f"an encoder-only model has no decoder and one vocabulary, got n_decoder_layers={c.n_decoder_layers}, "
+                f"src_vocab_size={c.src_vocab_size}, tgt_vocab_size={c.tgt_vocab_size}; "
+                "make the config with encoder_only_config(preset, vocab_size, ...)"
+            )
+        self.config = c
+        self.embed = TokenEmbedding(c.src_vocab_size, c.d_model)
+        self.positions = input_positions(c)
+        self.embed_dropout = nn.Dropout(c.dropout)
+        self.encoder = Encoder([EncoderLayer(**_layer_args(c)) for _ in range(c.n_encoder_layers)], _final_norm(c))
+        with_attention_positions(self.encoder.layers, attention_positions(c, bidirectional=True))
+        self.generator = nn.Linear(c.d_model, c.src_vocab_size, bias=False)
+        init_parameters(self)
+        self.generator.weight = self.embed.weight  # tied: one Parameter (chapter 3)
+
+    def make_mask(self, tokens: Tensor) -> Tensor:
+        """``padding_mask(tokens)`` with ``config.pad_id``: every real token may attend to every other."""
+        return padding_mask(tokens, self.config.pad_id)
+
+    def encode(
+        self, tokens: Tensor, mask: Tensor | None = None, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor | None]]:
+        """Token ids ``(B, T)`` -> states ``(B, T, D)`` and, with ``need_weights``, each layer's attention."""
+        Transformer._check_ids(tokens, "tokens")
+        mask = self.make_mask(tokens) if mask is None else mask
+        x = self.embed_dropout(self.positions(self.embed(tokens)))  # (B, T, D)
+        return self.encoder(x, mask, need_weights=need_weights)
+
+    def forward(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
+        return self.generator(self.encode(tokens, mask)[0])  # (B, T, V)
+
+    def attention_maps(self, tokens: Tensor, mask: Tensor | None = None) -> list[Tensor]:
+        """Self-attention weights of every layer, ``(B, H, T, T)`` each (for figures; use ``eval()``)."""
+        return self.encode(tokens, mask, need_weights=True)[1]
+
+
+def masked_token_loss(model: EncoderOnlyTransformer, inputs: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy on the picked positions only (``targets`` from :func:`mask_tokens`).
+
+    The output layer runs on the picked positions alone: about 15% of the work of all of them.
+    """
+    states, _ = model.encode(inputs)  # (B, T, D)
+    scored = targets != IGNORE_INDEX  # (B, T)
+    logits = model.generator(states[scored])  # (N, V), N picked positions
+    return F.cross_entropy(logits, targets[scored])
+
+
+@torch.no_grad()
+def masked_token_accuracy(model: EncoderOnlyTransformer, batches: Sequence[tuple[Tensor, Tensor]], device: torch.device | str = "cpu") -> float:
+    """Share of the picked positions whose most likely token is the original one (top-1)."""
+    was_training = model.training
+    model.eval()
+    correct, count = 0, 0
+    try:
+        for inputs, targets in batches:
+            inputs, targets = inputs.to(device), targets.to(device)
+            scored = targets != IGNORE_INDEX  # (B, T)
+            predicted = model(inputs)[scored].argmax(-1)  # (N,)
+            correct, count = correct + int((predicted == targets[scored]).sum()), count + int(scored.sum())
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise ValueError("no picked positions in the batches: accuracy is undefined")
+    return correct / count
