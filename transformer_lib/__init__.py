@@ -27,6 +27,8 @@ README's table says what each holds and names its tests):
     evaluation            BLEU                        chapter 6
     translate             translation and its CLI     chapter 6
     positional_attention  positions inside attention  chapter 7
+    language_models       next-token LM, perplexity   chapter 7
+    masked_lm             masked tokens, encoder-only chapter 7
 
 Later chapters add to earlier code without changing it: chapter 6's cache wraps chapter 1's
 attention (``kv_cache``), chapter 7's positions subclass it (``positional_attention``).

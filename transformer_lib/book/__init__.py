@@ -8,6 +8,11 @@
     artifacts   a trained model's translations, samples and attention weights, committed as JSON
                 (``python -m transformer_lib.book.artifacts``; chapters 5 and 6 show them)
     measure     the memory probe of chapter 7 and the benchmarks
+    diagrams, decoding_diagram    diagrams drawn from the sizes they show (multi-head attention,
+                chapter 1; the decoding loop with its cache, chapter 6)
+    layer_costs the paper's Table 1 counted and timed: attention, GRU, convolution (chapter 1)
+    masking_figures, norm_figures, training_figures, language_figures    each chapter's own
+                figures (chapters 2, 4, 5, 7)
 
 Import the modules (``from transformer_lib.book.figures import attention_heatmap``); this file
 imports none of them, so ``transformer_lib.book.experiment`` does not pull in altair.
