@@ -23,6 +23,7 @@ from transformer_lib.evaluation import (
     detokenize,
     exact_match,
     translation_metrics,
+    word_edits,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -247,6 +248,24 @@ def test_other_metrics_reject_bad_input(metric, hypotheses, references, error, m
 def test_error_rates_reject_an_empty_reference(metric, name: str) -> None:
     with pytest.raises(ValueError, match=rf"references\[1\] is empty; {name} divides"):
         metric(["a b", "c"], ["a b", " "])
+
+
+def test_word_edits_name_each_edit() -> None:
+    assert word_edits("a cat runs", "a dog runs fast") == [("substitution", "dog", "cat"), ("deletion", "fast", "")]
+    assert word_edits("a big dog runs", "a dog runs") == [("insertion", "", "big")]
+    assert word_edits("a dog runs", "a dog runs") == []
+
+
+@pytest.mark.parametrize("hypothesis, reference", list(zip(HYPOTHESES, REFERENCES)))
+def test_word_edits_are_what_wer_counts(hypothesis: str, reference: str) -> None:
+    edits = word_edits(hypothesis, reference)
+    assert len(edits) / len(reference.split()) == pytest.approx(corpus_wer([hypothesis], [reference]))
+    assert len(edits) > 0
+
+
+def test_word_edits_reject_an_empty_reference() -> None:
+    with pytest.raises(ValueError, match="references\\[0\\] is empty"):
+        word_edits("a b", "")
 
 
 # --------------------------------------------------------------------------------------------------

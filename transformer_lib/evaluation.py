@@ -38,6 +38,7 @@ __all__ = [
     "corpus_wer",
     "corpus_cer",
     "translation_metrics",
+    "word_edits",
     "exact_match",
 ]
 
@@ -315,6 +316,41 @@ def translation_metrics(hypotheses: Sequence[str], references: Sequence[str]) ->
         "WER": corpus_wer(hypotheses, references),
         "CER": corpus_cer(hypotheses, references),
     }
+
+
+_EDIT_NAMES = {"substitute": "substitution", "delete": "deletion", "insert": "insertion"}
+
+
+def word_edits(hypothesis: str, reference: str) -> list[tuple[str, str, str]]:
+    """The word edits that :func:`corpus_wer` counts for one sentence, in order.
+
+    Args:
+        hypothesis: the system's output for one sentence.
+        reference: its reference sentence (not empty).
+
+    Returns:
+        One ``(edit, reference word, output word)`` per edit, ``edit`` being ``"substitution"``,
+        ``"deletion"`` (no output word: ``""``) or ``"insertion"`` (no reference word: ``""``).
+        Their number divided by the reference's word count is the sentence's WER.
+
+    Example:
+        >>> word_edits("a cat runs", "a dog runs fast")
+        [('substitution', 'dog', 'cat'), ('deletion', 'fast', '')]
+    """
+    import jiwer
+
+    _check_error_rate_pairs([hypothesis], [reference], "WER")
+    aligned = jiwer.process_words(reference, hypothesis)  # jiwer: reference first
+    ref_words, hyp_words = aligned.references[0], aligned.hypotheses[0]
+    edits = []
+    for chunk in aligned.alignments[0]:
+        if chunk.type == "equal":
+            continue
+        ref = ref_words[chunk.ref_start_idx:chunk.ref_end_idx]
+        hyp = hyp_words[chunk.hyp_start_idx:chunk.hyp_end_idx]
+        for i in range(max(len(ref), len(hyp))):  # a substitution chunk pairs words one to one
+            edits.append((_EDIT_NAMES[chunk.type], ref[i] if ref else "", hyp[i] if hyp else ""))
+    return edits
 
 
 def exact_match(predictions: Sequence[Sequence[Any]], references: Sequence[Sequence[Any]]) -> float:
