@@ -223,7 +223,9 @@ class ChrfScore:
         return f"chrF = {self.score:.2f}  [{self.signature}]"
 
 
-def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> ChrfScore:
+def corpus_chrf(
+    hypotheses: Sequence[str], references: Sequence[str]
+) -> ChrfScore:
     """Corpus-level chrF (Popović 2015) with sacrebleu's default settings.
 
     chrF is an F-score of character n-grams, n = 1 to 6, spaces left out, with recall weighted
@@ -246,7 +248,8 @@ def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> ChrfSco
     _check_pairs(hypotheses, references, "chrF")
     metric = CHRF()
     result = metric.corpus_score(list(hypotheses), [list(references)])
-    return ChrfScore(score=float(result.score), signature=str(metric.get_signature()))
+    signature = str(metric.get_signature())
+    return ChrfScore(score=float(result.score), signature=signature)
 
 
 def _check_error_rate_pairs(hypotheses: Sequence[str], references: Sequence[str], metric: str) -> None:
@@ -259,7 +262,9 @@ def _check_error_rate_pairs(hypotheses: Sequence[str], references: Sequence[str]
             )
 
 
-def corpus_wer(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+def corpus_wer(
+    hypotheses: Sequence[str], references: Sequence[str]
+) -> float:
     """Corpus word error rate: word edits (substitutions, deletions, insertions) per reference word.
 
     The edits are summed over the corpus, then divided by the references' total length (``jiwer``'s
@@ -281,10 +286,13 @@ def corpus_wer(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     import jiwer  # imported lazily: only the error rates need it
 
     _check_error_rate_pairs(hypotheses, references, "WER")
-    return float(jiwer.wer(list(references), list(hypotheses)))  # jiwer: reference first
+    # jiwer takes the reference first
+    return float(jiwer.wer(list(references), list(hypotheses)))
 
 
-def corpus_cer(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+def corpus_cer(
+    hypotheses: Sequence[str], references: Sequence[str]
+) -> float:
     """Corpus character error rate: :func:`corpus_wer` with characters (spaces included) for words.
 
     Args:

@@ -22,7 +22,7 @@ DECODING_LOOP_WIDTH_INCHES = 5.4
 
 # x of the two columns' centres and their box widths: the encoder and the caches on the left, one
 # decoding step on the right; rows go downwards, in the order a step runs.
-_LEFT, _LEFT_WIDTH = 1.95, 3.5
+_LEFT, _LEFT_WIDTH = 2.0, 3.72
 _RIGHT, _RIGHT_WIDTH = 6.95, 4.45
 _HEIGHT = 0.66
 _LOOP_X = 9.72  # where the "next step" arrow climbs back to the top
@@ -69,7 +69,7 @@ def decoding_loop_diagram(ax: Axes | None = None) -> Axes:
     _draw_step(ax)
     _draw_encoder_and_caches(ax)
     _draw_loop(ax)
-    ax.set_xlim(0, 10)
+    ax.set_xlim(-0.3, 10)
     ax.set_ylim(0.2, 12.8)
     ax.axis("off")
     return ax
@@ -110,7 +110,7 @@ def _draw_encoder_and_caches(ax: Axes) -> None:
     _arrow(ax, [(_LEFT, 12.3), (_LEFT, 11.55 + _HEIGHT / 2 + 0.02)])
     _box(ax, _LEFT, 11.55, _LEFT_WIDTH, _HEIGHT, "encoder: run once", False)
     ax.text(_LEFT + 0.1, 10.6, "memory (B, S, D)", ha="left", va="center", fontsize=8.5, color=_LINE)
-    _arrow(ax, [(_LEFT, 11.55 - _HEIGHT / 2 - 0.02), (_LEFT, 10.6), (0.1, 10.6), (0.1, 7.0),
+    _arrow(ax, [(_LEFT, 11.55 - _HEIGHT / 2 - 0.02), (_LEFT, 10.6), (-0.12, 10.6), (-0.12, 7.0),
                 (_LEFT - _LEFT_WIDTH / 2 - 0.02, 7.0)])
     edge = _RIGHT - _RIGHT_WIDTH / 2
     for y, text in _CACHES:
