@@ -1,4 +1,5 @@
-"""Tests of transformer_lib.evaluation: detokenization, BLEU as sacrebleu computes it, exact match."""
+"""Tests of transformer_lib.evaluation: detokenization, BLEU and chrF as sacrebleu computes them, WER and CER,
+exact match."""
 
 from __future__ import annotations
 
@@ -13,10 +14,16 @@ import torch
 from transformer_lib.vocab import tokenizer
 from transformer_lib.evaluation import (
     BleuScore,
+    ChrfScore,
     bleu_scores,
     corpus_bleu,
+    corpus_cer,
+    corpus_chrf,
+    corpus_wer,
     detokenize,
     exact_match,
+    translation_metrics,
+    word_edits,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -174,6 +181,91 @@ def test_detokenized_output_scores_higher_than_space_joined_tokens() -> None:
 def test_bleu_rejects_bad_input(hypotheses, references, error, message: str) -> None:
     with pytest.raises(error, match=message):
         corpus_bleu(hypotheses, references)
+
+
+# --------------------------------------------------------------------------------------------------
+# chrF, WER and CER
+
+
+def test_chrf_equals_sacrebleu_called_directly() -> None:
+    ours = corpus_chrf(HYPOTHESES, REFERENCES)
+    theirs = sacrebleu.corpus_chrf(HYPOTHESES, [REFERENCES])
+    assert isinstance(ours, ChrfScore)
+    assert ours.score == theirs.score and 0 < ours.score < 100
+    assert "nc:6" in ours.signature and "nw:0" in ours.signature and "nrefs:1" in ours.signature
+    assert ours.signature in str(ours) and str(ours).startswith("chrF = ")
+
+
+def test_identical_text_scores_perfectly_on_every_metric() -> None:
+    scores = translation_metrics(REFERENCES, REFERENCES)
+    assert scores == pytest.approx({"BLEU": 100.0, "chrF": 100.0, "WER": 0.0, "CER": 0.0}, abs=1e-9)
+
+
+def test_one_substituted_word_in_four() -> None:
+    """One word of four replaced: WER 1/4; CER counts the characters changed, 'dog' -> 'cat' is
+    3 substitutions in the reference's 15 characters (spaces included)."""
+    assert corpus_wer(["a cat runs fast"], ["a dog runs fast"]) == pytest.approx(0.25)
+    assert corpus_cer(["a cat runs fast"], ["a dog runs fast"]) == pytest.approx(3 / 15)
+
+
+def test_error_rates_divide_by_the_reference_not_the_hypothesis() -> None:
+    """One inserted word: 1 edit over the reference's 4 words (1/5 if the arguments were swapped)."""
+    assert corpus_wer(["a b c d e"], ["a b c d"]) == pytest.approx(1 / 4)
+    assert corpus_cer(["ab"], ["a"]) == pytest.approx(1.0)  # one insertion, one reference character
+
+
+def test_wer_is_pooled_over_the_corpus_not_averaged() -> None:
+    """1 edit in 6 reference words is 1/6; the mean of the sentence rates would be (1/2 + 0) / 2."""
+    assert corpus_wer(["a b", "a b c d"], ["a x", "a b c d"]) == pytest.approx(1 / 6)
+
+
+def test_chrf_credits_a_wrong_ending_where_wer_does_not() -> None:
+    """A right stem with the wrong ending and an unrelated word are the same one error for WER;
+    chrF gives the stem credit."""
+    reference = ["The dog is rolling in the grass."]
+    ending, other = ["The dog is rolls in the grass."], ["The dog is asleep in the grass."]
+    assert corpus_wer(ending, reference) == corpus_wer(other, reference) == pytest.approx(1 / 7)
+    assert corpus_chrf(ending, reference).score > corpus_chrf(other, reference).score + 5
+    assert corpus_cer(ending, reference) < corpus_cer(other, reference)
+
+
+@pytest.mark.parametrize("metric", [corpus_chrf, corpus_wer, corpus_cer])
+@pytest.mark.parametrize(
+    "hypotheses, references, error, message",
+    [
+        (["a b"], ["a b", "c d"], ValueError, "1 hypotheses but 2 references"),
+        ([], [], ValueError, "empty corpus"),
+        ([["a", "b"]], ["a b"], TypeError, "detokenize"),
+        ("a b", "a b", TypeError, "list of sentences"),
+    ],
+)
+def test_other_metrics_reject_bad_input(metric, hypotheses, references, error, message: str) -> None:
+    with pytest.raises(error, match=message):
+        metric(hypotheses, references)
+
+
+@pytest.mark.parametrize("metric, name", [(corpus_wer, "WER"), (corpus_cer, "CER")])
+def test_error_rates_reject_an_empty_reference(metric, name: str) -> None:
+    with pytest.raises(ValueError, match=rf"references\[1\] is empty; {name} divides"):
+        metric(["a b", "c"], ["a b", " "])
+
+
+def test_word_edits_name_each_edit() -> None:
+    assert word_edits("a cat runs", "a dog runs fast") == [("substitution", "dog", "cat"), ("deletion", "fast", "")]
+    assert word_edits("a big dog runs", "a dog runs") == [("insertion", "", "big")]
+    assert word_edits("a dog runs", "a dog runs") == []
+
+
+@pytest.mark.parametrize("hypothesis, reference", list(zip(HYPOTHESES, REFERENCES)))
+def test_word_edits_are_what_wer_counts(hypothesis: str, reference: str) -> None:
+    edits = word_edits(hypothesis, reference)
+    assert len(edits) / len(reference.split()) == pytest.approx(corpus_wer([hypothesis], [reference]))
+    assert len(edits) > 0
+
+
+def test_word_edits_reject_an_empty_reference() -> None:
+    with pytest.raises(ValueError, match="references\\[0\\] is empty"):
+        word_edits("a b", "")
 
 
 # --------------------------------------------------------------------------------------------------

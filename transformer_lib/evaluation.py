@@ -1,4 +1,5 @@
-"""Scoring output: corpus BLEU on detokenized text (via sacrebleu), and exact match for toy tasks.
+"""Scoring output: corpus BLEU and chrF on detokenized text (via sacrebleu), word and character
+error rates (via jiwer), and exact match for toy tasks.
 
 BLEU is only comparable between papers when it is computed the same way (Post 2018, "A Call for
 Clarity in Reporting BLEU Scores"). So we follow sacrebleu's rules: the model's output is turned
@@ -8,6 +9,11 @@ exactly how it was computed (``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|vers
 
 Older Multi30k papers often report BLEU on lowercased, pre-tokenized text, which gives higher
 numbers; :func:`bleu_scores` reports a lowercased score next to the cased one, labelled as such.
+
+BLEU counts whole words, so "dried" for "dry" earns nothing. Three other measures score the same
+text: chrF (Popović 2015, character n-grams, with sacrebleu's signature), and the word and
+character error rates WER and CER (edit distances, as in speech recognition) from ``jiwer``, a small,
+maintained package made for exactly these two measures.
 
 The book's committed results of longer runs are shown by :mod:`transformer_lib.book.results`.
 
@@ -27,6 +33,12 @@ __all__ = [
     "BleuScore",
     "corpus_bleu",
     "bleu_scores",
+    "ChrfScore",
+    "corpus_chrf",
+    "corpus_wer",
+    "corpus_cer",
+    "translation_metrics",
+    "word_edits",
     "exact_match",
 ]
 
@@ -128,7 +140,7 @@ class BleuScore:
         return f"BLEU = {self.score:.2f}{label}  [{self.signature}]"
 
 
-def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
+def _check_pairs(hypotheses: Sequence[str], references: Sequence[str], metric: str = "BLEU") -> None:
     for name, texts in (("hypotheses", hypotheses), ("references", references)):
         if isinstance(texts, str):
             raise TypeError(f"{name} must be a list of sentences, not one string")
@@ -144,7 +156,7 @@ def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
             "reference per hypothesis"
         )
     if len(hypotheses) == 0:
-        raise ValueError("cannot compute BLEU on an empty corpus")
+        raise ValueError(f"cannot compute {metric} on an empty corpus")
 
 
 def corpus_bleu(
@@ -193,6 +205,160 @@ def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[st
         "cased": corpus_bleu(hypotheses, references),
         "lowercased": corpus_bleu(hypotheses, references, lowercase=True),
     }
+
+
+@dataclass(frozen=True)
+class ChrfScore:
+    """A corpus chrF score and how it was computed.
+
+    Attributes:
+        score: chrF on the 0-100 scale.
+        signature: sacrebleu's signature string; report it with the score.
+    """
+
+    score: float
+    signature: str
+
+    def __str__(self) -> str:
+        return f"chrF = {self.score:.2f}  [{self.signature}]"
+
+
+def corpus_chrf(
+    hypotheses: Sequence[str], references: Sequence[str]
+) -> ChrfScore:
+    """Corpus-level chrF (Popović 2015) with sacrebleu's default settings.
+
+    chrF is an F-score of character n-grams, n = 1 to 6, spaces left out, with recall weighted
+    more than precision (beta = 2): a word with the right stem and the wrong ending ("rolls" for
+    "rolling") still shares many character n-grams with the reference, where BLEU counts it wrong.
+
+    Args:
+        hypotheses: the system's detokenized output, one string per sentence.
+        references: the raw reference sentences, one per hypothesis.
+
+    Returns:
+        A :class:`ChrfScore`.
+
+    Example:
+        >>> corpus_chrf(["A man rides a bike."], ["A man rides a bike."]).score
+        100.0
+    """
+    from sacrebleu.metrics import CHRF
+
+    _check_pairs(hypotheses, references, "chrF")
+    metric = CHRF()
+    result = metric.corpus_score(list(hypotheses), [list(references)])
+    signature = str(metric.get_signature())
+    return ChrfScore(score=float(result.score), signature=signature)
+
+
+def _check_error_rate_pairs(hypotheses: Sequence[str], references: Sequence[str], metric: str) -> None:
+    _check_pairs(hypotheses, references, metric)
+    for i, reference in enumerate(references):
+        if not reference.strip():
+            raise ValueError(
+                f"references[{i}] is empty; {metric} divides by the reference's length, so every "
+                "reference needs at least one word"
+            )
+
+
+def corpus_wer(
+    hypotheses: Sequence[str], references: Sequence[str]
+) -> float:
+    """Corpus word error rate: word edits (substitutions, deletions, insertions) per reference word.
+
+    The edits are summed over the corpus, then divided by the references' total length (``jiwer``'s
+    rule), so it is not the mean of per-sentence rates. Words are what whitespace separates, case
+    and punctuation included: ``"bike."`` and ``"bike"`` are different words. Lower is better; it
+    exceeds 1 when the output has many more words than the reference.
+
+    Args:
+        hypotheses: the system's output, one string per sentence.
+        references: the reference sentences, one non-empty string per hypothesis.
+
+    Returns:
+        The rate (0 when every hypothesis equals its reference).
+
+    Example:
+        >>> corpus_wer(["a man rides a horse"], ["a man rides a bike"])
+        0.2
+    """
+    import jiwer  # imported lazily: only the error rates need it
+
+    _check_error_rate_pairs(hypotheses, references, "WER")
+    # jiwer takes the reference first
+    return float(jiwer.wer(list(references), list(hypotheses)))
+
+
+def corpus_cer(
+    hypotheses: Sequence[str], references: Sequence[str]
+) -> float:
+    """Corpus character error rate: :func:`corpus_wer` with characters (spaces included) for words.
+
+    Args:
+        hypotheses: the system's output, one string per sentence.
+        references: the reference sentences, one non-empty string per hypothesis.
+
+    Returns:
+        The rate (0 when every hypothesis equals its reference).
+
+    Example:
+        >>> round(corpus_cer(["a cat"], ["a bat"]), 2)
+        0.2
+    """
+    import jiwer
+
+    _check_error_rate_pairs(hypotheses, references, "CER")
+    return float(jiwer.cer(list(references), list(hypotheses)))
+
+
+def translation_metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """BLEU, chrF (both 0-100, higher is better), WER and CER (lower is better) of the same output.
+
+    Returns:
+        ``{"BLEU": ..., "chrF": ..., "WER": ..., "CER": ...}``.
+    """
+    return {
+        "BLEU": corpus_bleu(hypotheses, references).score,
+        "chrF": corpus_chrf(hypotheses, references).score,
+        "WER": corpus_wer(hypotheses, references),
+        "CER": corpus_cer(hypotheses, references),
+    }
+
+
+_EDIT_NAMES = {"substitute": "substitution", "delete": "deletion", "insert": "insertion"}
+
+
+def word_edits(hypothesis: str, reference: str) -> list[tuple[str, str, str]]:
+    """The word edits that :func:`corpus_wer` counts for one sentence, in order.
+
+    Args:
+        hypothesis: the system's output for one sentence.
+        reference: its reference sentence (not empty).
+
+    Returns:
+        One ``(edit, reference word, output word)`` per edit, ``edit`` being ``"substitution"``,
+        ``"deletion"`` (no output word: ``""``) or ``"insertion"`` (no reference word: ``""``).
+        Their number divided by the reference's word count is the sentence's WER.
+
+    Example:
+        >>> word_edits("a cat runs", "a dog runs fast")
+        [('substitution', 'dog', 'cat'), ('deletion', 'fast', '')]
+    """
+    import jiwer
+
+    _check_error_rate_pairs([hypothesis], [reference], "WER")
+    aligned = jiwer.process_words(reference, hypothesis)  # jiwer: reference first
+    ref_words, hyp_words = aligned.references[0], aligned.hypotheses[0]
+    edits = []
+    for chunk in aligned.alignments[0]:
+        if chunk.type == "equal":
+            continue
+        ref = ref_words[chunk.ref_start_idx:chunk.ref_end_idx]
+        hyp = hyp_words[chunk.hyp_start_idx:chunk.hyp_end_idx]
+        for i in range(max(len(ref), len(hyp))):  # a substitution chunk pairs words one to one
+            edits.append((_EDIT_NAMES[chunk.type], ref[i] if ref else "", hyp[i] if hyp else ""))
+    return edits
 
 
 def exact_match(predictions: Sequence[Sequence[Any]], references: Sequence[Sequence[Any]]) -> float:
