@@ -24,7 +24,7 @@ README's table says what each holds and names its tests):
     train                 training CLI                chapter 5
     kv_cache              key/value cache             chapter 6
     decoding              greedy, beam, sampling      chapter 6 (prompts: 7)
-    evaluation            BLEU                        chapter 6
+    evaluation            BLEU, chrF, WER, CER        chapter 6
     translate             translation and its CLI     chapter 6
     positional_attention  positions inside attention  chapter 7
     language_models       next-token LM, perplexity   chapter 7
