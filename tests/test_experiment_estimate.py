@@ -19,6 +19,7 @@ from transformer_lib.book.experiment import (
     describe_profile,
     estimate_seconds,
 )
+from transformer_lib.masked_lm import EncoderOnlyTransformer, encoder_only_config
 from transformer_lib.model import DecoderOnlyTransformer, Transformer, TransformerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +61,13 @@ RECOUNTED = {
     "a decoder-only model": lambda: _step_flops(DecoderOnlyTransformer(TransformerConfig.decoder_only(
         "tiny", vocab_size=14, positional="rope", d_model=32, d_ff=64, dropout=0.0, max_len=32)),
         torch.randint(4, 14, (32, 12))),
+    # chapter 7's language models: 5,894 caption words, 64 captions of 14 tokens (13 words and <bos>)
+    "a caption language model (4 layers, d_model 128)": lambda: _step_flops(DecoderOnlyTransformer(
+        TransformerConfig.decoder_only("tiny", vocab_size=5894, positional="rope", max_len=64, n_decoder_layers=4,
+                                       d_model=128, d_ff=512, dropout=0.1)), torch.randint(5, 5894, (64, 14))),
+    "a masked-word encoder (4 layers, d_model 128)": lambda: _step_flops(EncoderOnlyTransformer(encoder_only_config(
+        "tiny", vocab_size=5894, positional="rope", max_len=64, n_encoder_layers=4, d_model=128, d_ff=512,
+        dropout=0.1)), torch.randint(5, 5894, (64, 14))),
 }
 
 
@@ -67,6 +75,11 @@ RECOUNTED = {
 def test_the_stated_flops_per_step_are_what_the_flop_counter_counts(what: str) -> None:
     stated = {t.what: t.flops_per_step for work in FULL_PROFILE_TRAINING.values() for t in work}
     assert stated[what] == pytest.approx(RECOUNTED[what](), rel=1e-3)
+
+
+def test_every_training_is_recounted() -> None:
+    stated = {t.what for work in FULL_PROFILE_TRAINING.values() for t in work}
+    assert stated == set(RECOUNTED), "a chapter's full-profile training has no recount in RECOUNTED (or the reverse)"
 
 
 def test_the_cpu_rate_is_the_committed_full_runs() -> None:

@@ -89,7 +89,9 @@ FULL_PROFILE_TRAINING: dict[str, tuple[Training, ...]] = {
     "05_training": (_MULTI30K,),
     "06_decoding": (_MULTI30K,),
     "07_beyond": (Training("5 reversal models (d_model 128)", 6.0012e9, 3000, runs=5),
-                  Training("a decoder-only model", 3.878e7, 3000)),
+                  Training("a decoder-only model", 3.878e7, 3000),
+                  Training("a caption language model (4 layers, d_model 128)", 8.2837e9, 3000),
+                  Training("a masked-word encoder (4 layers, d_model 128)", 8.2837e9, 3000)),
 }
 
 
