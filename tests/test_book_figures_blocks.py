@@ -9,6 +9,7 @@ from __future__ import annotations
 import altair as alt
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -90,6 +91,25 @@ def test_loss_curves_chart_uses_the_given_steps_and_checks_lengths() -> None:
         figures.loss_curves_chart({"run": [3.0, 2.0]}, steps=[1, 2, 3])
     with pytest.raises(ValueError, match="empty"):
         figures.loss_curves_chart({})
+
+
+def test_loss_curves_chart_thins_long_runs() -> None:
+    # Chapter 7's full profile: two runs of 3,000 steps, 6,000 rows, over altair's 5,000-row limit.
+    long = np.linspace(9.0, 3.0, 3000)
+    chart = figures.loss_curves_chart({"a": long, "b": long[:1000] + 1}, smooth=10, max_points=600)
+    spec = chart.to_dict()  # raises MaxRowsError if the rows were not thinned
+    rows = _values(chart)
+    a = [r for r in rows if r["series"] == "a"]
+    b = [r for r in rows if r["series"] == "b"]
+    assert 500 <= len(a) <= 601 and len(b) <= 601
+    assert a[0]["x"] == 1 and a[-1]["x"] == 3000 and b[-1]["x"] == 1000  # first and last step kept
+    smoothed = pd.Series(long).rolling(10, min_periods=1).mean().to_numpy()
+    assert all(r["y"] == pytest.approx(smoothed[int(r["x"]) - 1]) for r in a)  # thinned after smoothing
+    assert spec["encoding"]["y"]["title"].endswith("mean of 10 steps")
+    short = figures.loss_curves_chart({"run": [3.0, 2.0, 1.0]}, max_points=600)
+    assert [r["x"] for r in _values(short)] == [1, 2, 3]  # short runs drawn whole
+    with pytest.raises(ValueError, match="max_points"):
+        figures.loss_curves_chart({"run": [3.0, 2.0]}, max_points=1)
 
 
 def test_matplotlib_figures_return_labelled_axes() -> None:

@@ -576,13 +576,15 @@ def _lines(
     panels: Mapping[str, Mapping[str, Any]], x_values: Any, *, x_title: str, y_title: str, series_title: str,
     title: str | None, log_y: bool, points: bool, width: int, height: int,
 ) -> Any:
-    """Line chart(s): ``panels`` maps a panel title ("" for a single chart) to name -> values."""
+    """Line chart(s): ``panels`` maps a panel title ("" for a single chart) to name -> values;
+    ``x_values``: one x per value, shared by every series or a mapping name -> x (``None``: 1, 2, ...)."""
 
     frames, names = [], []
     for panel, series in panels.items():
         for name, values in series.items():
             y = _as_array(values).ravel()
-            x = np.arange(1, len(y) + 1) if x_values is None else _as_array(x_values).ravel()
+            x = (np.arange(1, len(y) + 1) if x_values is None
+                 else _as_array(x_values[name] if isinstance(x_values, Mapping) else x_values).ravel())
             if len(x) != len(y):
                 raise ValueError(f"series {name!r} has {len(y)} values but there are {len(x)} x values")
             frames.append(pd.DataFrame({"x": x, "y": y, "series": name, "panel": panel}))
@@ -666,6 +668,7 @@ def loss_curves_chart(
     title: str | None = None,
     log_y: bool = False,
     smooth: int = 1,
+    max_points: int = 600,
     width: int = 480,
     height: int = 260,
 ) -> Any:
@@ -678,17 +681,29 @@ def loss_curves_chart(
         log_y: logarithmic y axis (fitted to the values, not rounded out to powers of 10).
         smooth: draw the mean of this many consecutive values (fewer at the start), so that noisy
             curves can be told apart; the y title says so.
+        max_points: draw at most about this many points per run: a longer run is drawn at every
+            k-th step (after smoothing) and its last, so that the page stays light (and within
+            altair's 5,000 rows of inline data) however long the training was.
 
     Returns:
         An ``alt.Chart``.
     """
     if smooth < 1:
         raise ValueError(f"smooth must be at least 1 (values per mean), got {smooth}")
+    if max_points < 2:
+        raise ValueError(f"max_points must be at least 2 (a line needs two points), got {max_points}")
+    curves = {name: _as_array(v).ravel() for name, v in curves.items()}
     if smooth > 1:
-        curves = {name: pd.Series(_as_array(v).ravel()).rolling(smooth, min_periods=1).mean().to_numpy()
-                  for name, v in curves.items()}
+        curves = {name: pd.Series(y).rolling(smooth, min_periods=1).mean().to_numpy() for name, y in curves.items()}
         y_title = f"{y_title}, mean of {smooth} steps"
-    return _lines({"": curves}, steps, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
+    xs = {name: np.arange(1, len(y) + 1) if steps is None else _as_array(steps).ravel() for name, y in curves.items()}
+    for name, y in curves.items():
+        if len(xs[name]) != len(y):
+            raise ValueError(f"series {name!r} has {len(y)} values but there are {len(xs[name])} x values")
+        if len(y) > max_points:
+            keep = np.unique(np.r_[np.arange(0, len(y), -(-len(y) // max_points)), len(y) - 1])
+            curves[name], xs[name] = y[keep], xs[name][keep]
+    return _lines({"": curves}, xs, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
                   log_y=log_y, points=False, width=width, height=height)
 
 
