@@ -9,11 +9,13 @@
    transformer_lib.train --task reverse``). The two runs are interleaved update by update, each
    on its own clock, so that load on a shared machine hits both alike. Target: ours at least as
    fast, and under a minute on a 2-core CPU.
-2. **Training-step throughput** at the ``multi30k`` preset size (d_model 256, 3+3 layers, 8 heads):
-   target tokens per second of one full update (forward, loss, backward, clipping, AdamW) on the
-   same batches, alternating the two models step by step so that load changes hit both alike.
-   Real Multi30k batches when ``MULTI30K_DIR`` is set, else random ids with Multi30k's lengths.
-   Target: ratio (ours / nn.Transformer) >= 1.0.
+2. **Training-step throughput** at the size of the book's headline run (``--task multi30k --profile
+   full``: the ``multi30k`` preset, d_model 256, 3+3 layers, 8 heads, one joint BPE vocabulary of
+   8,000 tokens with shared and tied embeddings, batches of 128 pairs): target tokens per second of
+   one full update (forward, loss, backward, clipping, AdamW) on the same batches, alternating the
+   two models step by step so that load changes hit both alike. Real Multi30k batches (BPE learned
+   on the training split, as the run does) when ``MULTI30K_DIR`` is set, else random ids with
+   Multi30k's lengths. Target: ratio (ours / nn.Transformer) >= 1.05.
 
 Usage:
     python benchmarks/bench_training.py                       # both, CPU, 1 thread
@@ -46,6 +48,7 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor is True")  # nn.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from common import sync  # noqa: E402
+from transformer_lib.attention import MultiHeadAttention  # noqa: E402
 from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
 from transformer_lib.toy_tasks import toy_task, toy_vocab  # noqa: E402
 from transformer_lib.embeddings import SinusoidalPositionalEncoding, TokenEmbedding  # noqa: E402
@@ -54,8 +57,8 @@ from transformer_lib.model import Transformer, TransformerConfig, count_paramete
 from transformer_lib.train import DEFAULTS  # noqa: E402
 from transformer_lib.training import Trainer, TrainConfig, evaluate  # noqa: E402
 
-# Multi30k with spaCy tokens and min_freq=2: 8,014 German and 6,191 English tokens (specials included).
-SRC_VOCAB, TGT_VOCAB = 8014, 6191
+# The headline run's data and batch (transformer_lib.train, --task multi30k --profile full).
+HEADLINE = DEFAULTS["multi30k"]["full"]
 
 
 class TorchTransformerBaseline(nn.Module):
@@ -75,7 +78,7 @@ class TorchTransformerBaseline(nn.Module):
             )
         self.config = c = config
         self.src_embed = TokenEmbedding(c.src_vocab_size, c.d_model)
-        self.tgt_embed = TokenEmbedding(c.tgt_vocab_size, c.d_model)
+        self.tgt_embed = self.src_embed if c.share_embeddings else TokenEmbedding(c.tgt_vocab_size, c.d_model)
         self.src_positions = SinusoidalPositionalEncoding(c.d_model, c.max_len)
         self.tgt_positions = SinusoidalPositionalEncoding(c.d_model, c.max_len)
         self.embed_dropout = nn.Dropout(c.dropout)
@@ -107,6 +110,36 @@ class TorchTransformerBaseline(nn.Module):
 
 
 MODELS = {"ours": Transformer, "nn.Transformer": TorchTransformerBaseline}
+
+
+class PackedProjections(MultiHeadAttention):
+    """An experiment, not the library: our attention with its query/key/value projections run as
+    one matrix product (the weights concatenated on the fly), as ``nn.MultiheadAttention``'s packed
+    ``in_proj`` does. Same parameters and layout as ours; the rounding may differ in the last bit."""
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        self.check_inputs(query, key, value)
+        width = self.n_heads * self.d_k
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        if query is key and key is value:  # self-attention: one product for q, k and v
+            weight, bias = (torch.cat([getattr(m, a) for m in projections]) for a in ("weight", "bias"))
+            q, k, v = nn.functional.linear(query, weight, bias).split(width, dim=-1)
+        else:  # cross-attention: q from the decoder, one product for k and v from the memory
+            weight, bias = (torch.cat([getattr(m, a) for m in projections[1:]]) for a in ("weight", "bias"))
+            q, (k, v) = self.q_proj(query), nn.functional.linear(key, weight, bias).split(width, dim=-1)
+        q, k, v = self.split_heads(q, self.d_k), self.split_heads(k, self.d_k), self.split_heads(v, self.d_v)
+        out, weights = self.attend(q, k, v, mask, need_weights)
+        return self.out_proj(self.merge_heads(out)), weights
+
+
+def packed_transformer(config: TransformerConfig) -> Transformer:
+    """Our model with every attention layer's projections packed (:class:`PackedProjections`)."""
+    model = Transformer(config)
+    for module in model.modules():
+        if type(module) is MultiHeadAttention:
+            module.__class__ = PackedProjections
+    return model
 
 
 def _batch_stream(loader: torch.utils.data.DataLoader) -> Iterator[Batch]:
@@ -175,37 +208,70 @@ def reverse_to_100(quick: bool, device: torch.device, seed: int = 0) -> list[dic
     return results
 
 
-def _batches(n: int, batch_size: int, seed: int = 0) -> tuple[list[Batch], int, int, str]:
-    """Multi30k training batches (length-bucketed) if the data is there, else random ids with its lengths."""
+def _batches(n: int, batch_size: int, seed: int = 0) -> tuple[list[Batch], int, str]:
+    """Multi30k training batches (length-bucketed, the headline run's joint BPE vocabulary) if the
+    data is there, else random ids with its lengths. Returns the batches, the vocabulary size and
+    where they came from."""
+    vocab_size = HEADLINE["vocab_size"]
     folder = os.environ.get("MULTI30K_DIR")
     if folder and Path(folder, "train.de.gz").is_file():
         from transformer_lib.prepared import prepare_multi30k
 
-        prepared = prepare_multi30k(folder, splits=("train",))  # the full vocabularies: 8,014 / 6,191
+        prepared = prepare_multi30k(folder, splits=("train",), tokenizer=HEADLINE["tokenizer"],
+                                    vocab_size=vocab_size, min_freq=HEADLINE["min_freq"])  # about 6 s
         loader = make_loader(prepared.splits["train"], batch_size, seed=seed)
-        src_v, tgt_v = len(prepared.src_vocab), len(prepared.tgt_vocab)
-        batches, source = list(loader)[:n], "Multi30k training batches (bucketed)"
+        vocab_size = len(prepared.src_vocab)
+        batches, source = list(loader)[:n], f"Multi30k training batches (bucketed, joint BPE of {vocab_size:,})"
     else:
         g = torch.Generator().manual_seed(seed)
         pairs = []
-        for _ in range(n * batch_size):  # Multi30k-like lengths: mean ~12-13 tokens, 5..30
-            s_len, t_len = (int(x) for x in torch.randint(5, 21, (2,), generator=g))
-            pairs.append((torch.randint(4, SRC_VOCAB, (s_len,), generator=g).tolist(),
-                          torch.randint(4, TGT_VOCAB, (t_len,), generator=g).tolist()))
+        for _ in range(n * batch_size):  # Multi30k-like lengths in BPE tokens: mean ~16, 6..30
+            s_len, t_len = (int(x) for x in torch.randint(6, 27, (2,), generator=g))
+            pairs.append((torch.randint(4, vocab_size, (s_len,), generator=g).tolist(),
+                          torch.randint(4, vocab_size, (t_len,), generator=g).tolist()))
+        pairs.sort(key=lambda pair: len(pair[0]))  # bucketed by length, as the loader does
         batches = [collate(pairs[i : i + batch_size]) for i in range(0, len(pairs), batch_size)]
-        src_v, tgt_v, source = SRC_VOCAB, TGT_VOCAB, "random ids with Multi30k-like lengths (MULTI30K_DIR not set)"
-    return batches, src_v, tgt_v, source
+        source = "random ids with Multi30k-like lengths (MULTI30K_DIR not set)"
+    return batches, vocab_size, source
 
 
-def throughput(quick: bool, device: torch.device, batch_size: int) -> dict[str, Any]:
-    """Benchmark 2: target tokens/s of full training steps at the multi30k preset size."""
+def where_time_goes(trainers: dict[str, Trainer], batches: list[Batch], top: int = 8) -> dict[str, dict[str, float]]:
+    """Each model's share of update time by PyTorch operator (``torch.profiler``, self time), over
+    the same batches: which kernels the time is in, and whether the two models differ there."""
+    from torch.profiler import ProfilerActivity, profile
+
+    shares: dict[str, dict[str, float]] = {}
+    for name, trainer in trainers.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for batch in batches:
+                trainer.train_step(batch)
+        events = prof.key_averages()
+        total = sum(e.self_cpu_time_total for e in events)
+        ranked = sorted(events, key=lambda e: -e.self_cpu_time_total)
+        shares[name] = {e.key: e.self_cpu_time_total / total for e in ranked[:top]}
+        shares[name]["total_ms_per_update"] = total / 1000 / len(batches)
+    return shares
+
+
+def throughput(quick: bool, device: torch.device, batch_size: int, breakdown: bool = False,
+               packed: bool = False) -> dict[str, Any]:
+    """Benchmark 2: target tokens/s of full training steps at the headline run's size."""
     n_batches = 4 if quick else 12
-    batches, src_v, tgt_v, source = _batches(n_batches, batch_size)
+    batches, vocab_size, source = _batches(n_batches, batch_size)
     trainers = {}
-    for name, cls in MODELS.items():
+    models = {**MODELS, **({"ours, packed q/k/v": packed_transformer} if packed else {})}
+    for name, cls in models.items():
         torch.manual_seed(0)
-        config = TransformerConfig.from_preset("multi30k", src_vocab_size=src_v, tgt_vocab_size=tgt_v)
+        config = TransformerConfig.from_preset(HEADLINE["preset"], src_vocab_size=vocab_size, tgt_vocab_size=vocab_size,
+                                               share_embeddings=True, tie_output=True)
         trainers[name] = Trainer(cls(config), batches, TrainConfig(epochs=1000, warmup_steps=100, progress=False), device=device)
+    if packed:  # the experiment computes what ours does (same seed, same weights), up to rounding
+        same, other = (trainers[name].model.eval() for name in ("ours", "ours, packed q/k/v"))
+        src, tgt = batches[0].src.to(device), batches[0].tgt_in.to(device)
+        with torch.no_grad():
+            expected, got = same(src, tgt, *same.make_masks(src, tgt)), other(src, tgt, *other.make_masks(src, tgt))
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+        same.train(), other.train()
     for trainer in trainers.values():  # warm-up: allocator, kernels
         for batch in batches[:2]:
             trainer.train_step(batch)
@@ -228,6 +294,11 @@ def throughput(quick: bool, device: torch.device, batch_size: int) -> dict[str, 
             "median_step_ms": 1000 * statistics.median(t),
         }
     result["ratio_ours_over_torch"] = result["models"]["ours"]["tokens_per_s"] / result["models"]["nn.Transformer"]["tokens_per_s"]
+    if packed:
+        result["ratio_packed_over_torch"] = (result["models"]["ours, packed q/k/v"]["tokens_per_s"]
+                                             / result["models"]["nn.Transformer"]["tokens_per_s"])
+    if breakdown:
+        result["operator_shares"] = where_time_goes(trainers, batches[: 2 if quick else 4])
     return result
 
 
@@ -236,9 +307,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--only", choices=("reverse", "throughput"), default=None)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch for the throughput benchmark")
+    parser.add_argument("--batch-size", type=int, default=HEADLINE["batch_size"],
+                        help="sentences per batch for the throughput benchmark (default: the headline run's)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (numbers meaningless)")
+    parser.add_argument("--packed", action="store_true",
+                        help="throughput: also time our model with q/k/v projected in one product (an experiment)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="throughput: also profile a few updates of each model and print time by operator")
     parser.add_argument("--seeds", type=int, default=3,
                         help="reverse task: repeat with seeds 0..N-1 (steps to 100%% vary with the initialisation)")
     args = parser.parse_args(argv)
@@ -262,8 +338,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "per_step_speedup_ours_over_torch": (theirs["wall_s"] / theirs["steps"]) / (ours["wall_s"] / ours["steps"]),
         }
     if args.only in (None, "throughput"):
-        print(f"2. training-step throughput, multi30k preset, batch {args.batch_size}", flush=True)
-        results["throughput"] = throughput(args.quick, device, args.batch_size)
+        print(f"2. training-step throughput, the headline run's size, batch {args.batch_size}", flush=True)
+        results["throughput"] = throughput(args.quick, device, args.batch_size, args.breakdown, args.packed)
     results["machine"]["load_average_after"] = os.getloadavg() if hasattr(os, "getloadavg") else None
 
     print()
@@ -280,11 +356,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"per update {rev['per_step_speedup_ours_over_torch']:.2f}x\n")
     if "throughput" in results:
         t = results["throughput"]
-        print(f"| training step, multi30k preset, batch {t['batch_size']} | parameters | target tokens/s | median step (ms) |")
+        print(f"| training step, headline size, batch {t['batch_size']} | parameters | target tokens/s | median step (ms) |")
         print("|---|---:|---:|---:|")
         for name, r in t["models"].items():
             print(f"| {name} | {r['parameters']:,} | {r['tokens_per_s']:,.0f} | {r['median_step_ms']:.1f} |")
         print(f"\nthroughput ratio, ours / nn.Transformer: {t['ratio_ours_over_torch']:.2f} ({t['data']})")
+        if "ratio_packed_over_torch" in t:
+            print(f"with q/k/v packed (experiment), ours / nn.Transformer: {t['ratio_packed_over_torch']:.2f}")
+        for name, shares in t.get("operator_shares", {}).items():
+            print(f"\n{name}, share of update time by operator ({shares['total_ms_per_update']:.0f} ms an update under the profiler):")
+            print("  " + ", ".join(f"{op} {share:.1%}" for op, share in shares.items() if op != "total_ms_per_update"))
     print(f"\nmachine: {results['machine']['cpu_count']} CPUs, {results['machine']['threads']} torch threads, "
           f"load average {results['machine']['load_average']} -> {results['machine']['load_average_after']}")
     if args.json is not None:
