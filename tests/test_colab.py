@@ -75,22 +75,28 @@ def _name(name: str) -> str:
 
 
 def _requirement_closure(names: list[str]) -> dict[str, metadata.Distribution]:
-    """The installed distributions ``names`` need, themselves included (extras left out)."""
-    environment = {**default_environment(), "extra": ""}
+    """The installed distributions ``names`` need, themselves included, following the extras a
+    requirement asks for (a CUDA build of torch needs ``cuda-toolkit[cublas,...]``, whose
+    ``nvidia-*`` packages are requirements of those extras)."""
     found: dict[str, metadata.Distribution] = {}
-    todo = list(names)
+    seen: set[tuple[str, str]] = set()
+    todo = [(name, "") for name in names]
     while todo:
-        name = _name(todo.pop())
-        if name in found:
+        raw, extra = todo.pop()
+        name = _name(raw)
+        if (name, extra) in seen:
             continue
-        try:
-            found[name] = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            continue  # a requirement for another platform, or an optional one not installed here
+        seen.add((name, extra))
+        if name not in found:
+            try:
+                found[name] = metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                continue  # a requirement for another platform, or an optional one not installed here
+        environment = {**default_environment(), "extra": extra}
         for line in found[name].requires or []:
             requirement = Requirement(line)
             if requirement.marker is None or requirement.marker.evaluate(environment):
-                todo.append(requirement.name)
+                todo += [(requirement.name, ""), *((requirement.name, e) for e in requirement.extras)]
     return found
 
 
