@@ -698,9 +698,7 @@ def loss_curves_chart(
         y_title = f"{y_title}, mean of {smooth} steps"
     xs = {name: np.arange(1, len(y) + 1) if steps is None else _as_array(steps).ravel() for name, y in curves.items()}
     for name, y in curves.items():
-        if len(xs[name]) != len(y):
-            raise ValueError(f"series {name!r} has {len(y)} values but there are {len(xs[name])} x values")
-        if len(y) > max_points:
+        if len(y) > max_points and len(xs[name]) == len(y):  # (a length mismatch is reported by _lines)
             keep = np.unique(np.r_[np.arange(0, len(y), -(-len(y) // max_points)), len(y) - 1])
             curves[name], xs[name] = y[keep], xs[name][keep]
     return _lines({"": curves}, xs, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
