@@ -54,7 +54,7 @@ from transformer_lib.toy_tasks import toy_task, toy_vocab  # noqa: E402
 from transformer_lib.embeddings import SinusoidalPositionalEncoding, TokenEmbedding  # noqa: E402
 from transformer_lib.masking import padding_mask, to_torch_blocked  # noqa: E402
 from transformer_lib.model import Transformer, TransformerConfig, count_parameters, init_parameters  # noqa: E402
-from transformer_lib.train import DEFAULTS  # noqa: E402
+from transformer_lib.train import DEFAULTS, _model_overrides  # noqa: E402
 from transformer_lib.training import Trainer, TrainConfig, evaluate  # noqa: E402
 
 # The headline run's data and batch (transformer_lib.train, --task multi30k --profile full).
@@ -225,7 +225,7 @@ def _batches(n: int, batch_size: int, seed: int = 0) -> tuple[list[Batch], int, 
     else:
         g = torch.Generator().manual_seed(seed)
         pairs = []
-        for _ in range(n * batch_size):  # Multi30k-like lengths in BPE tokens: mean ~16, 6..30
+        for _ in range(n * batch_size):  # Multi30k-like lengths in BPE tokens: 6..26, mean 16
             s_len, t_len = (int(x) for x in torch.randint(6, 27, (2,), generator=g))
             pairs.append((torch.randint(4, vocab_size, (s_len,), generator=g).tolist(),
                           torch.randint(4, vocab_size, (t_len,), generator=g).tolist()))
@@ -263,7 +263,7 @@ def throughput(quick: bool, device: torch.device, batch_size: int, breakdown: bo
     for name, cls in models.items():
         torch.manual_seed(0)
         config = TransformerConfig.from_preset(HEADLINE["preset"], src_vocab_size=vocab_size, tgt_vocab_size=vocab_size,
-                                               share_embeddings=True, tie_output=True)
+                                               **_model_overrides(HEADLINE))  # as the run builds it: shared, tied
         trainers[name] = Trainer(cls(config), batches, TrainConfig(epochs=1000, warmup_steps=100, progress=False), device=device)
     if packed:  # the experiment computes what ours does (same seed, same weights), up to rounding
         same, other = (trainers[name].model.eval() for name in ("ours", "ours, packed q/k/v"))
