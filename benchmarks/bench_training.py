@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from common import sync  # noqa: E402
 from transformer_lib.attention import MultiHeadAttention  # noqa: E402
 from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
+from transformer_lib.dropout import Dropout  # noqa: E402
 from transformer_lib.toy_tasks import toy_task, toy_vocab  # noqa: E402
 from transformer_lib.embeddings import SinusoidalPositionalEncoding, TokenEmbedding  # noqa: E402
 from transformer_lib.masking import padding_mask, to_torch_blocked  # noqa: E402
@@ -302,9 +303,35 @@ def throughput(quick: bool, device: torch.device, batch_size: int, breakdown: bo
     return result
 
 
+def dropout_masks(quick: bool, device: torch.device) -> dict[str, Any]:
+    """Benchmark 3: one dropout, forward and backward, ``nn.Dropout`` against ours
+    (:class:`transformer_lib.dropout.Dropout`, the same distribution with its mask drawn from 32-bit
+    integers), on the headline run's two shapes: after the feed-forward activation ``(B, T, d_ff)``
+    and on a sublayer output ``(B, T, D)``, with B = 128 and T = 17 (its mean batch length)."""
+    shapes = {"(128, 17, 1024), feed-forward": (128, 17, 1024), "(128, 17, 256), residual": (128, 17, 256)}
+    modules = {"nn.Dropout": nn.Dropout(0.1), "ours": Dropout(0.1)}
+    repeats = 5 if quick else 50
+    result: dict[str, Any] = {}
+    for label, shape in shapes.items():
+        x = torch.randn(shape, device=device, requires_grad=True)
+        grad = torch.ones(shape, device=device)
+        times: dict[str, list[float]] = {name: [] for name in modules}
+        for i in range(repeats + 2):
+            for name, module in modules.items():  # alternate, as above
+                sync(device)
+                start = time.perf_counter()
+                module(x).backward(grad)
+                sync(device)
+                if i >= 2:  # the first two are warm-up
+                    times[name].append(time.perf_counter() - start)
+        ms = {name: 1000 * statistics.median(t) for name, t in times.items()}
+        result[label] = {"median_ms": ms, "speedup_ours": ms["nn.Dropout"] / ms["ours"]}
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=("reverse", "throughput"), default=None)
+    parser.add_argument("--only", choices=("reverse", "throughput", "dropout"), default=None)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--batch-size", type=int, default=HEADLINE["batch_size"],
@@ -340,6 +367,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.only in (None, "throughput"):
         print(f"2. training-step throughput, the headline run's size, batch {args.batch_size}", flush=True)
         results["throughput"] = throughput(args.quick, device, args.batch_size, args.breakdown, args.packed)
+    if args.only in (None, "dropout"):
+        print("3. one dropout, forward and backward: nn.Dropout and ours", flush=True)
+        results["dropout"] = dropout_masks(args.quick, device)
     results["machine"]["load_average_after"] = os.getloadavg() if hasattr(os, "getloadavg") else None
 
     print()
@@ -366,6 +396,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, shares in t.get("operator_shares", {}).items():
             print(f"\n{name}, share of update time by operator ({shares['total_ms_per_update']:.0f} ms an update under the profiler):")
             print("  " + ", ".join(f"{op} {share:.1%}" for op, share in shares.items() if op != "total_ms_per_update"))
+    if "dropout" in results:
+        print("\n| dropout p = 0.1, forward + backward | nn.Dropout (ms) | ours (ms) | speed-up |")
+        print("|---|---:|---:|---:|")
+        for label, r in results["dropout"].items():
+            print(f"| {label} | {r['median_ms']['nn.Dropout']:.2f} | {r['median_ms']['ours']:.2f} | {r['speedup_ours']:.1f}x |")
     print(f"\nmachine: {results['machine']['cpu_count']} CPUs, {results['machine']['threads']} torch threads, "
           f"load average {results['machine']['load_average']} -> {results['machine']['load_average_after']}")
     if args.json is not None:

@@ -9,6 +9,7 @@ README's table says what each holds and names its tests):
     vocab                 word tokenizers, Vocab      chapter 3
     subword               BPE subwords                chapter 3
     embeddings            embeddings and positions    chapter 3 (RoPE...: 7)
+    dropout               dropout, faster on CPU      chapter 4
     blocks                layers and stacks           chapter 4
     model                 the configured models       chapter 3, 4 (decoder-only: 7)
     reference             torch.nn twins for checks   chapter 1, 4

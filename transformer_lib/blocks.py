@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
+from .dropout import Dropout
 
 __all__ = [
     "FeedForward",
@@ -58,7 +59,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.activation = _activation(activation)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -86,7 +87,7 @@ class Residual(nn.Module):
         super().__init__()
         self.norm_first = norm_first
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def sublayer_input(self, x: Tensor) -> Tensor:
         return self.norm(x) if self.norm_first else x

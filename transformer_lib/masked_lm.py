@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .blocks import Encoder, EncoderLayer
+from .dropout import Dropout
 from .embeddings import TokenEmbedding
 from .language_models import IGNORE_INDEX
 from .masking import padding_mask
@@ -132,7 +133,7 @@ class EncoderOnlyTransformer(nn.Module):
         self.config = c
         self.embed = TokenEmbedding(c.src_vocab_size, c.d_model)
         self.positions = input_positions(c)
-        self.embed_dropout = nn.Dropout(c.dropout)
+        self.embed_dropout = Dropout(c.dropout)
         self.encoder = Encoder([EncoderLayer(**_layer_args(c)) for _ in range(c.n_encoder_layers)], _final_norm(c))
         with_attention_positions(self.encoder.layers, attention_positions(c, bidirectional=True))
         self.generator = nn.Linear(c.d_model, c.src_vocab_size, bias=False)

@@ -16,6 +16,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer
+from .dropout import Dropout
 from .embeddings import (
     ALiBiBias,
     LearnedPositionalEmbedding,
@@ -346,7 +347,7 @@ class Transformer(nn.Module):
         # One matrix for both languages when they share a vocabulary (paper, section 3.4).
         self.tgt_embed = self.src_embed if c.share_embeddings else TokenEmbedding(c.tgt_vocab_size, c.d_model)
         self.src_positions, self.tgt_positions = input_positions(c), input_positions(c)
-        self.embed_dropout = nn.Dropout(c.dropout)  # paper, section 5.4: on embeddings + positions
+        self.embed_dropout = Dropout(c.dropout)  # paper, section 5.4: on embeddings + positions
         self.encoder, self.decoder = build_stacks(c)
         # The "pre-softmax linear transformation" (the Annotated Transformer's "generator"): it
         # returns logits; softmax belongs to the loss or the decoder.
@@ -468,7 +469,7 @@ class DecoderOnlyTransformer(nn.Module):
         self.config = c
         self.embed = TokenEmbedding(c.tgt_vocab_size, c.d_model)
         self.positions = input_positions(c)
-        self.embed_dropout = nn.Dropout(c.dropout)
+        self.embed_dropout = Dropout(c.dropout)
         self.decoder = Encoder([EncoderLayer(**_layer_args(c)) for _ in range(c.n_decoder_layers)], _final_norm(c))
         with_attention_positions(self.decoder.layers, attention_positions(c, bidirectional=False))
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
