@@ -15,12 +15,16 @@
    one full update (forward, loss, backward, clipping, AdamW) on the same batches, alternating the
    two models step by step so that load changes hit both alike. Real Multi30k batches (BPE learned
    on the training split, as the run does) when ``MULTI30K_DIR`` is set, else random ids with
-   Multi30k's lengths. Target: ratio (ours / nn.Transformer) >= 1.05.
+   Multi30k's lengths. Target: ratio (ours / nn.Transformer) >= 1.05. Here the two differ in their
+   dropout too: ours is :class:`transformer_lib.dropout.Dropout`, the baseline PyTorch's own.
+3. **One dropout**, forward and backward, ``nn.Dropout`` against ours on the headline run's shapes:
+   the same distribution, the mask drawn differently.
 
 Usage:
     python benchmarks/bench_training.py                       # both, CPU, 1 thread
     python benchmarks/bench_training.py --threads 2 --json results.json
     python benchmarks/bench_training.py --only throughput --device cuda
+    python benchmarks/bench_training.py --only dropout --threads 2
     python benchmarks/bench_training.py --quick               # a short smoke run
 
 Timings on a shared machine are noisy; the ratios, measured within one run, are what to compare.
@@ -67,7 +71,8 @@ class TorchTransformerBaseline(nn.Module):
 
     It offers our model's training interface (``make_masks`` and ``forward(src, tgt_in, src_mask,
     tgt_mask)``), so the same :class:`Trainer` trains both. Masks are converted to PyTorch's
-    polarity (``True`` = blocked) with :func:`transformer_lib.masking.to_torch_blocked`.
+    polarity (``True`` = blocked) with :func:`transformer_lib.masking.to_torch_blocked`. Its
+    dropout, in the layers and on the embeddings, is PyTorch's ``nn.Dropout``.
     """
 
     def __init__(self, config: TransformerConfig) -> None:
