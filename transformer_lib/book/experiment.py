@@ -141,7 +141,7 @@ def describe_profile(chapter: str) -> str:
         lines.append(
             f"Full profile: trains {' and '.join(t.what for t in work)}, {flops:.1e} FLOP: "
             f"{t4} on a Colab T4 GPU, {cpu} on a 2-core CPU (FLOP / rate: the T4 at a quarter of "
-            f"its float32 peak, the CPU at the committed full run's measured rate"
+            f"its float32 peak, the CPU at the rate measured running the full profile"
             f"{'; models this small run slower' if small else ''}).")
     other = "fast" if profile == "full" else "full"
     lines.append(f"Switch: run %env {PROFILE_ENV}={other} before this cell.")
