@@ -17,7 +17,9 @@ import torch  # noqa: E402
 import vl_convert  # noqa: E402
 
 from transformer_lib.masking import causal_mask, padding_mask  # noqa: E402
-from transformer_lib.book.figures import architecture_diagram, attention_heatmap, mask_heatmap  # noqa: E402
+from transformer_lib.book.attention_figures import attention_heatmap  # noqa: E402
+from transformer_lib.book.figures import architecture_diagram  # noqa: E402
+from transformer_lib.book.masking_figures import mask_heatmap  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -179,7 +181,7 @@ def _explorer_sentence(source: list[str], output: list[str], seed: int) -> dict:
 
 
 def test_attention_explorer_picks_sentence_attention_layer_and_head() -> None:
-    from transformer_lib.book.figures import attention_explorer
+    from transformer_lib.book.decoding_figures import attention_explorer
 
     sentences = [_explorer_sentence(["Zwei", "Hunde", "<eos>"], ["Two", "dogs", "the", "<eos>"], 0),
                  _explorer_sentence(["a", "b", "c", "d", "<eos>"], ["x", "<eos>"], 1)]

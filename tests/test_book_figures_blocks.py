@@ -16,7 +16,7 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from transformer_lib.book import figures  # noqa: E402
+from transformer_lib.book import block_figures, embedding_figures, figures  # noqa: E402
 from transformer_lib.embeddings import sinusoidal_table  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def _values(chart: alt.Chart) -> list[dict]:
 
 def test_positional_heatmap_has_one_cell_per_entry_with_the_value_in_the_tooltip() -> None:
     table = sinusoidal_table(20, 32)
-    chart = figures.positional_heatmap(table, value_title="PE")
+    chart = embedding_figures.positional_heatmap(table, value_title="PE")
     rows = _values(chart)
     assert len(rows) == 20 * 32
     cell = next(r for r in rows if r["row"] == 3 and r["col"] == 5)
@@ -45,29 +45,29 @@ def test_positional_heatmap_has_one_cell_per_entry_with_the_value_in_the_tooltip
 
 def test_positional_heatmap_is_diverging_around_zero_or_sequential() -> None:
     values = torch.tensor([[1.0, -3.0], [0.5, 2.0]])
-    diverging = figures.positional_heatmap(values).to_dict()["encoding"]["color"]["scale"]
+    diverging = embedding_figures.positional_heatmap(values).to_dict()["encoding"]["color"]["scale"]
     assert diverging["domain"] == [-3.0, 3.0] and diverging["scheme"] == "redblue"
-    sequential = figures.positional_heatmap(values.abs(), diverging=False).to_dict()["encoding"]["color"]["scale"]
+    sequential = embedding_figures.positional_heatmap(values.abs(), diverging=False).to_dict()["encoding"]["color"]["scale"]
     assert "domain" not in sequential and sequential["scheme"] == "viridis"
 
 
 def test_positional_heatmap_accepts_a_tensor_that_requires_grad_and_rejects_1d() -> None:
-    figures.positional_heatmap(torch.randn(3, 4, requires_grad=True)).to_dict()
+    embedding_figures.positional_heatmap(torch.randn(3, 4, requires_grad=True)).to_dict()
     with pytest.raises(ValueError, match="2-D"):
-        figures.positional_heatmap(torch.randn(5))
+        embedding_figures.positional_heatmap(torch.randn(5))
 
 
 def test_positional_curves_label_sine_cosine_and_wavelength() -> None:
-    chart = figures.positional_curves(sinusoidal_table(50, 16), dims=[0, 1, 6])
+    chart = embedding_figures.positional_curves(sinusoidal_table(50, 16), dims=[0, 1, 6])
     names = sorted({r["series"] for r in _values(chart)})
     assert names == ["dim 0 (sin, wavelength 6.3)", "dim 1 (cos, wavelength 6.3)", "dim 6 (sin, wavelength 198.7)"]
     assert len(_values(chart)) == 3 * 50
     with pytest.raises(ValueError, match="outside"):
-        figures.positional_curves(sinusoidal_table(5, 4), dims=[4])
+        embedding_figures.positional_curves(sinusoidal_table(5, 4), dims=[4])
 
 
 def test_per_layer_chart_numbers_layers_from_first_layer_and_has_a_legend_selection() -> None:
-    chart = figures.per_layer_chart({"Post-LN": [1.0, 2.0, 3.0], "Pre-LN": np.array([1.0, 1.0, 1.0])},
+    chart = block_figures.per_layer_chart({"Post-LN": [1.0, 2.0, 3.0], "Pre-LN": np.array([1.0, 1.0, 1.0])},
                                 y_title="gradient norm", first_layer=0)
     rows = _values(chart)
     assert sorted({r["x"] for r in rows}) == [0, 1, 2]
@@ -75,7 +75,7 @@ def test_per_layer_chart_numbers_layers_from_first_layer_and_has_a_legend_select
     assert spec["encoding"]["y"]["title"] == "gradient norm"
     assert any(p.get("bind") == "legend" for p in spec["params"])
     with pytest.raises(ValueError, match="one value per layer"):
-        figures.per_layer_chart({"a": [1, 2], "b": [1, 2, 3]}, y_title="y")
+        block_figures.per_layer_chart({"a": [1, 2], "b": [1, 2, 3]}, y_title="y")
 
 
 def test_loss_curves_chart_uses_the_given_steps_and_checks_lengths() -> None:
@@ -113,22 +113,22 @@ def test_loss_curves_chart_thins_long_runs() -> None:
 
 
 def test_matplotlib_figures_return_labelled_axes() -> None:
-    ax = figures.value_histograms({"a": torch.randn(500), "b": np.random.default_rng(0).uniform(size=100)}, x_title="coordinate")
+    ax = embedding_figures.value_histograms({"a": torch.randn(500), "b": np.random.default_rng(0).uniform(size=100)}, x_title="coordinate")
     assert ax.get_xlabel() == "coordinate" and ax.get_ylabel() == "density"
     assert [t.get_text().split(" (")[0] for t in ax.get_legend().get_texts()] == ["a", "b"]
 
-    ax = figures.position_change_bars({"feed-forward": [0, 0, 1.5], "attention": torch.tensor([0.1, 0.2, 0.3])},
+    ax = block_figures.position_change_bars({"feed-forward": [0, 0, 1.5], "attention": torch.tensor([0.1, 0.2, 0.3])},
                                   labels=["Ein", "Hund", "."])
     assert [t.get_text() for t in ax.get_xticklabels()] == ["Ein", "Hund", "."]
     assert len(ax.patches) == 6
     with pytest.raises(ValueError, match="labels"):
-        figures.position_change_bars({"a": [1, 2]}, labels=["x"])
+        block_figures.position_change_bars({"a": [1, 2]}, labels=["x"])
     with pytest.raises(ValueError, match="one value per position"):
-        figures.position_change_bars({"a": [1, 2], "b": [1]})
+        block_figures.position_change_bars({"a": [1, 2], "b": [1]})
 
 
 def test_per_layer_chart_panels_share_one_legend_selection_without_warnings(recwarn) -> None:
-    chart = figures.per_layer_chart(
+    chart = block_figures.per_layer_chart(
         {"encoder": {"Post-LN": [1.0, 1.0], "Pre-LN": [2.0, 1.0]}, "decoder": {"Post-LN": [1.0, 3.0], "Pre-LN": [1.0, 1.0]}},
         y_title="gradient norm",
     )

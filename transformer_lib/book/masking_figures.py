@@ -12,13 +12,63 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .figures import _check_labels, _to_numpy, mask_heatmap
+from .figures import _check_labels, _to_numpy
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["mask_panels", "pad_weight_bars"]
+__all__ = ["mask_heatmap", "mask_panels", "pad_weight_bars"]
+
+def mask_heatmap(
+    mask: Any,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    """Draw a boolean mask (``True`` = may attend) as a grid: queries on rows, keys on columns.
+
+    The mask is *broadcast* to ``(T, L)`` first, which is the point of the picture: a padding mask
+    ``(1, 1, 1, L)`` becomes the same row repeated for every query, a causal mask ``(1, 1, T, T)``
+    the same lower triangle for every sentence. Leading dimensions must be 1 (select the batch
+    element first). Filled cells may be attended to; empty cells are blocked.
+
+    Returns:
+        The matplotlib ``Axes`` (a new figure's when ``ax`` is ``None``).
+    """
+    import matplotlib.pyplot as plt
+
+    m = _to_numpy(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"mask must be boolean (True = may attend), got dtype {m.dtype}")
+    n_queries, n_keys = len(query_tokens), len(key_tokens)
+    if m.ndim < 2 or any(size != 1 for size in m.shape[:-2]):
+        raise ValueError(f"mask of shape {m.shape}: leading dimensions must be 1 (select one sequence first)")
+    try:
+        grid = np.broadcast_to(m.reshape(m.shape[-2:]), (n_queries, n_keys))
+    except ValueError as error:
+        raise ValueError(
+            f"mask of shape {m.shape} does not broadcast to ({n_queries} queries, {n_keys} keys)"
+        ) from error
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.45 * n_keys + 1.5, 0.45 * n_queries + 1.2))
+    ax.imshow(grid, cmap=plt.matplotlib.colors.ListedColormap(["#f4f4f4", "#2b6cb0"]), vmin=0, vmax=1)
+    ax.set_xticks(range(n_keys), [str(t) for t in key_tokens], rotation=90)
+    ax.set_yticks(range(n_queries), [str(t) for t in query_tokens])
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.set_xticks(np.arange(-0.5, n_keys), minor=True)
+    ax.set_yticks(np.arange(-0.5, n_queries), minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.5)
+    ax.tick_params(which="minor", length=0)
+    if title is not None:
+        ax.set_title(title, fontsize="medium", pad=6, y=-0.02 - 0.5 / max(n_queries, 1), va="top")
+    return ax
+
 
 PHONE_FRIENDLY_WIDTH = 5.6
 """Inches (at 100 dpi, ~560 px): on a 390 px phone such a figure shrinks to ~0.6, text stays legible."""

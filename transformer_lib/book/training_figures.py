@@ -1,19 +1,225 @@
-"""Chapter 5's small matplotlib figures: a batch's target mask and the two label-smoothing conventions.
+"""Chapter 5's figures: the training pipeline, the schedules, label smoothing, sentence lengths and
+padding, a batch's target mask, and a loss curve that redraws while a model trains.
 
-Book support only: the model code never imports this module. Each function draws on ``ax`` (a new
-figure when ``None``), returns the ``Axes`` and never calls ``plt.show()``. Figures are at most
-5.4 inches (540 px at matplotlib's 100 dpi) wide, so their text stays readable on a phone.
+Book support only: the model code never imports this module. altair charts are interactive (menus,
+tooltips); each matplotlib function draws on ``ax`` (a new figure when ``None``), returns the
+``Axes`` and never calls ``plt.show()``. Figures are at most 5.4 inches (540 px at matplotlib's
+100 dpi) wide, so their text stays readable on a phone. The loss curves of a run
+(``plot_training_curves``, ``training_curves_chart``) are in :mod:`transformer_lib.book.figures`,
+since the train command draws them too.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import altair as alt
+import pandas as pd
 from torch import Tensor
 
-__all__ = ["target_mask_figure", "smoothing_conventions_figure"]
+from .figures import plot_training_curves
 
+__all__ = ["LiveLossPlot", "label_smoothing_chart", "length_histogram_chart", "lr_schedule_chart",
+           "padding_waste_chart", "smoothing_conventions_figure", "target_mask_figure", "validation_bleu_chart"]
+
+# --- Charts ------------------------------------------------------------------------------------------
+
+
+def validation_bleu_chart(runs: dict[str, dict[str, Any]], title: str = "Validation BLEU after each epoch") -> Any:
+    """Validation BLEU (greedy, lowercased) per epoch of several runs' results files, one line each.
+
+    Clicking a legend entry highlights its run; hovering shows the numbers.
+    """
+
+    rows = [
+        {"run": name, "epoch": row["epoch"], "BLEU": row["val_bleu_lowercased"]}
+        for name, metrics in runs.items()
+        for row in metrics["per_epoch"]
+        if "val_bleu_lowercased" in row
+    ]
+    pick = alt.selection_point(fields=["run"], bind="legend")
+    return (
+        alt.Chart(pd.DataFrame(rows), title=title)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("epoch:Q", title="epoch", scale=alt.Scale(domainMin=1)),
+            y=alt.Y("BLEU:Q", title="validation BLEU (greedy, lowercased)", scale=alt.Scale(zero=False)),
+            color=alt.Color("run:N", title=None, legend=alt.Legend(orient="bottom", columns=2, labelLimit=0)),
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
+            tooltip=["run", "epoch", alt.Tooltip("BLEU:Q", format=".2f")],
+        )
+        .add_params(pick)
+        .properties(width=520, height=280)
+    )
+
+
+def lr_schedule_chart(frame: Any, title: str = "Learning rate over training") -> Any:
+    """An interactive plot of learning-rate schedules: sliders pick the warm-up and ``d_model``.
+
+    Args:
+        frame: a ``pandas.DataFrame`` with columns ``step``, ``lr``, ``warmup`` and ``d_model``, and
+            optionally ``schedule`` (one curve per value), computed by the caller from
+            ``transformer_lib.training`` (so the chart shows the library's numbers).
+
+    Returns:
+        An ``altair.Chart``: a line per schedule for the slider-chosen warm-up and ``d_model``, with
+        a rule at the warm-up step and tooltips.
+    """
+
+    frame = frame.copy()
+    if "schedule" not in frame:
+        frame["schedule"] = "noam"
+    warmups = sorted(frame["warmup"].unique().tolist())
+    widths = sorted(frame["d_model"].unique().tolist())
+    warmup = alt.param(name="warmup", value=warmups[len(warmups) // 2],
+                       bind=alt.binding_select(options=warmups, name="warm-up steps "))
+    d_model = alt.param(name="d_model", value=widths[len(widths) // 2],
+                        bind=alt.binding_select(options=widths, name="d_model "))
+    base = alt.Chart(frame, title=title).transform_filter(
+        (alt.datum.warmup == warmup) & (alt.datum.d_model == d_model)
+    )
+    lines = base.mark_line().encode(
+        x=alt.X("step:Q", title="optimizer step"),
+        y=alt.Y("lr:Q", title="learning rate", axis=alt.Axis(format=".1e")),
+        color=alt.Color("schedule:N", title="schedule", legend=alt.Legend(orient="top")),
+        tooltip=["schedule", "step", alt.Tooltip("lr:Q", format=".3e"), "warmup", "d_model"],
+    )
+    rule = (
+        alt.Chart(frame)
+        .transform_filter(alt.datum.step == 1)
+        .transform_filter((alt.datum.warmup == warmup) & (alt.datum.d_model == d_model))
+        .mark_rule(strokeDash=[4, 4], color="gray")
+        .encode(x="warmup:Q", tooltip=[alt.Tooltip("warmup:Q", title="warm-up ends (peak)")])
+    )
+    return (lines + rule).add_params(warmup, d_model).properties(width=520, height=260)
+
+
+def label_smoothing_chart(frame: Any, title: str = "The target distribution for one position") -> Any:
+    """Bars of the target distribution over a small vocabulary, with a slider for epsilon.
+
+    Args:
+        frame: a ``pandas.DataFrame`` with columns ``token``, ``probability`` and ``epsilon``
+            (one row per token and epsilon), e.g. from ``training.smoothed_target_distribution``.
+    """
+
+    epsilons = sorted(frame["epsilon"].unique().tolist())
+    epsilon = alt.param(name="epsilon", value=epsilons[len(epsilons) // 2],
+                        bind=alt.binding_select(options=epsilons, name="label smoothing ε "))
+    tokens = list(dict.fromkeys(frame["token"].tolist()))
+    return (
+        alt.Chart(frame, title=title)
+        .transform_filter(alt.datum.epsilon == epsilon)
+        .mark_bar()
+        .encode(
+            x=alt.X("token:N", sort=tokens, title="vocabulary token"),
+            y=alt.Y("probability:Q", title="target probability", scale=alt.Scale(domain=[0, 1])),
+            tooltip=["token", alt.Tooltip("probability:Q", format=".4f"), "epsilon"],
+        )
+        .add_params(epsilon)
+        .properties(width=520, height=220)
+    )
+
+
+def length_histogram_chart(
+    lengths: dict[str, list[int]], title: str = "Sentence lengths", x_title: str = "tokens per sentence"
+) -> Any:
+    """Overlaid histograms of sentence lengths, one per named list; hover for counts.
+
+    Args:
+        lengths: name (e.g. ``"German (source)"``) -> lengths in tokens.
+    """
+
+
+    rows = [{"language": name, "length": length, "sentences": count}
+            for name, values in lengths.items() for length, count in sorted(Counter(values).items())]
+    frame = pd.DataFrame(rows)
+    return (
+        alt.Chart(frame, title=title)
+        .mark_bar(opacity=0.55, binSpacing=0)
+        .encode(
+            x=alt.X("length:Q", title=x_title, bin=alt.Bin(step=1)),
+            y=alt.Y("sentences:Q", title="sentences", stack=None),
+            color=alt.Color("language:N", title=None, legend=alt.Legend(orient="top")),
+            tooltip=["language", "length", "sentences"],
+        )
+        .properties(width=520, height=220)
+    )
+
+
+def padding_waste_chart(frame: Any, title: str = "Padding per sentence, batch by batch") -> Any:
+    """Bars comparing padding waste of batching strategies.
+
+    Args:
+        frame: a ``pandas.DataFrame`` with columns ``batching``, ``side`` (e.g. "source"/"target")
+            and ``pads per sentence``.
+    """
+
+    return (
+        alt.Chart(frame, title=title)
+        .mark_bar()
+        .encode(
+            y=alt.Y("batching:N", title=None),
+            x=alt.X("pads per sentence:Q", title="average padding tokens per sentence"),
+            color=alt.Color("side:N", title=None, legend=alt.Legend(orient="top")),
+            yOffset="side:N",
+            tooltip=["batching", "side", alt.Tooltip("pads per sentence:Q", format=".2f")],
+        )
+        .properties(width=400, height=160)  # with its labels, inside the page's 688 px column
+    )
+
+
+class LiveLossPlot:
+    """A loss curve that redraws in place while a model trains (in a notebook).
+
+    Pass its methods to the trainer: ``Trainer(..., on_log=live.log, on_eval=live.eval)``; call
+    :meth:`close` at the end for the final picture. Redraws at most every ``min_interval_s``
+    seconds, so drawing costs little of the training time.
+
+    Args:
+        title: the plot's title.
+        min_interval_s: least time between two redraws.
+    """
+
+    def __init__(self, title: str = "", min_interval_s: float = 1.0) -> None:
+        self.title = title
+        self.min_interval_s = min_interval_s
+        self.history: dict[str, list[dict[str, float]]] = {"train": [], "val": []}
+        self._handle: Any = None
+        self._last_draw = 0.0
+
+    def log(self, record: dict[str, float]) -> None:
+        self.history["train"].append(dict(record))
+        self._maybe_draw()
+
+    def eval(self, record: dict[str, float]) -> None:
+        self.history["val"].append(dict(record))
+        self._maybe_draw()
+
+    def close(self) -> None:
+        self._draw()
+
+    def _maybe_draw(self) -> None:
+        import time
+
+        if time.perf_counter() - self._last_draw >= self.min_interval_s:
+            self._draw()
+
+    def _draw(self) -> None:
+        import time
+
+        from IPython.display import display
+
+        ax = plot_training_curves(self.history, title=self.title)
+        if self._handle is None:
+            self._handle = display(ax.figure, display_id=True)
+        else:
+            self._handle.update(ax.figure)
+        self._last_draw = time.perf_counter()
+
+
+# --- Small matplotlib figures: a batch's target mask, the two label-smoothing conventions ----------
 
 def target_mask_figure(mask: Tensor, labels: Sequence[str], title: str, ax: Any = None) -> Any:
     """One ``(T, T)`` boolean mask as filled squares: queries on rows, keys on columns.

@@ -8,7 +8,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from transformer_lib.book.diagrams import multi_head_diagram  # noqa: E402
+from transformer_lib.book.attention_figures import multi_head_diagram  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

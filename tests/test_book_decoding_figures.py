@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from transformer_lib.book.decoding_diagram import DECODING_LOOP_WIDTH_INCHES, decoding_loop_diagram  # noqa: E402
+from transformer_lib.book.decoding_figures import DECODING_LOOP_WIDTH_INCHES, decoding_loop_diagram  # noqa: E402
 from transformer_lib.book.figures import PAGE_WIDTH_INCHES  # noqa: E402
 
 

@@ -1,4 +1,5 @@
-"""Chapter 4's LayerNorm figures: the BatchNorm-against-LayerNorm probe and plot, the unbiased-std plot.
+"""Chapter 4's figures: per-layer measurements, which positions an output change reaches, and the
+LayerNorm probes (BatchNorm against LayerNorm, the unbiased-std variant).
 
 Why Transformers normalise with LayerNorm: BatchNorm's statistics for a feature are taken over every
 position of the batch, pads included, so one sentence's output depends on its batch-mates and on how
@@ -17,6 +18,95 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
+
+from .figures import _as_array, _lines
+
+__all__ = ["PHONE_FRIENDLY_WIDTH", "feature_means_and_drift", "normalise_tokens", "pad_batch", "padding_drift",
+           "per_layer_chart", "position_change_bars", "unbiased_gap_plot", "unbiased_layernorm_gap"]
+
+# --- Per-layer measurements and changed positions --------------------------------------------------
+
+
+def per_layer_chart(
+    series: Mapping[str, Any],
+    *,
+    y_title: str,
+    x_title: str = "layer (1 = bottom)",
+    series_title: str = "variant",
+    first_layer: int = 1,
+    title: str | None = None,
+    log_y: bool = False,
+    width: int = 260,
+    height: int = 220,
+) -> Any:
+    """One line per variant of a per-layer measurement (gradient norm, surviving signal, ...).
+
+    Args:
+        series: name -> values, one value per layer, bottom layer first; all the same length. For
+            side-by-side panels (e.g. encoder and decoder) pass panel title -> (name -> values); the
+            panels share the legend and have their own y scales.
+        y_title, x_title, series_title, title: labels.
+        first_layer: the layer number of the first value (``0`` when it is the stack's input).
+        log_y: logarithmic y axis.
+        width, height: size of one panel in pixels.
+
+    Returns:
+        An ``alt.Chart`` (``alt.FacetChart`` for panels): hover a point for its value; click a legend
+        entry to highlight that variant.
+    """
+    panels = series if series and all(isinstance(v, Mapping) for v in series.values()) else {"": series}
+    lengths = {len(_as_array(v).ravel()) for panel in panels.values() for v in panel.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"every variant needs one value per layer; got lengths {sorted(lengths)}")
+    layers = np.arange(first_layer, first_layer + (lengths.pop() if lengths else 0))
+    return _lines(panels, layers, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
+                  log_y=log_y, points=True, width=width, height=height)
+
+
+def position_change_bars(
+    changes: Mapping[str, Any],
+    *,
+    labels: Sequence[str] | None = None,
+    y_title: str = "change in output (max |difference|)",
+    x_title: str = "position",
+    title: str | None = None,
+    ax: Any = None,
+) -> Any:
+    """Grouped bars: how much each position's output changed, one group of bars per module.
+
+    Args:
+        changes: module name -> ``(L,)`` change per position.
+        labels: tick label per position (e.g. the tokens); default ``0 .. L-1``.
+
+    Returns:
+        The matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+
+    arrays = {name: _as_array(v).ravel() for name, v in changes.items()}
+    lengths = {len(a) for a in arrays.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"every series needs one value per position; got lengths {sorted(lengths)}")
+    (length,) = lengths
+    labels = [str(i) for i in range(length)] if labels is None else list(labels)
+    if len(labels) != length:
+        raise ValueError(f"{len(labels)} labels for {length} positions")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 2.8))
+    width = 0.8 / len(arrays)
+    x = np.arange(length)
+    for k, (name, a) in enumerate(arrays.items()):
+        ax.bar(x + (k - (len(arrays) - 1) / 2) * width, a, width=width, label=name)
+    ax.set_xticks(x, labels)
+    ax.set_xlabel(x_title)
+    ax.set_ylabel(y_title)
+    if title:
+        ax.set_title(title)
+    ax.legend(frameon=False, fontsize=9)
+    return ax
+
+
+# --- LayerNorm against BatchNorm, and the unbiased-std LayerNorm --------------------------------------
 
 PHONE_FRIENDLY_WIDTH = 5.4
 """Inches at matplotlib's 100 dpi: 540 px, which a 390 px phone shrinks by less than 1.4x."""
