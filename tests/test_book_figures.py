@@ -149,22 +149,6 @@ def test_architecture_diagram_highlights_only_the_chosen_parts() -> None:
         architecture_diagram(highlight=["attnetion"])
 
 
-def test_the_committed_architecture_svg_has_the_diagrams_labels() -> None:
-    """book/images/architecture.svg (the intro's map) is architecture_diagram() saved once; if the
-    diagram's boxes or chapter tags change, the committed picture must be redrawn."""
-    from pathlib import Path
-
-    committed = (Path(__file__).parents[1] / "book" / "images" / "architecture.svg").read_text(encoding="utf-8")
-    labels_in_svg = [html.unescape(t) for t in re.findall(r"<!-- (.*?) -->", committed)]
-    figure = architecture_diagram().figure
-    # the SVG holds one comment per line of text
-    labels_in_code = [line for t in figure.findobj(matplotlib.text.Text) for line in t.get_text().split("\n") if line]
-    assert len(labels_in_code) > 20
-    assert sorted(labels_in_svg) == sorted(labels_in_code), (
-        "book/images/architecture.svg is out of date: redraw it with architecture_diagram() and savefig"
-    )
-
-
 # --- The attention explorer (chapter 6: the trained model's committed weights) -----------------
 
 

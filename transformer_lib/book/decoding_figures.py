@@ -17,12 +17,13 @@ import altair as alt
 import numpy as np
 
 from .attention_figures import _attention_grids, _weight_tooltips
-from .figures import _EDGE, _FAINT, _INK, _LINE, _arrow, _box_style, _check_labels
+from .figures import _EDGE, _FAINT, _INK, _LINE, _arrow, _box_style, _check_labels, readable_tokens
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["ATTENTION_KINDS", "DECODING_LOOP_WIDTH_INCHES", "attention_explorer", "decoding_loop_diagram"]
+__all__ = ["ATTENTION_KINDS", "DECODING_LOOP_WIDTH_INCHES", "attention_explorer", "decoding_loop_diagram",
+           "translation_teaser"]
 
 # --- The attention explorer --------------------------------------------------------------------------
 
@@ -61,7 +62,7 @@ def attention_explorer(sentences: Sequence[Mapping[str, Any]], *, title: str | N
     for name, sentence in zip(names, sentences):
         labels[name] = {}
         for kind, (kind_name, rows, cols) in ATTENTION_KINDS.items():
-            labels[name][kind_name] = [list(sentence[rows]), list(sentence[cols])]
+            labels[name][kind_name] = [readable_tokens(sentence[rows]), readable_tokens(sentence[cols])]
             records += _explorer_records(name, kind_name, _attention_grids(sentence[kind]), sentence[rows], sentence[cols])
     w = _attention_grids(sentences[0]["decoder_cross"])
     menus = {
@@ -120,6 +121,47 @@ def _explorer_cells(chart: alt.Chart, labels: str) -> alt.Chart:
             tooltip=_weight_tooltips(),
         )
     )
+
+
+# --- The introduction's teaser: a trained model's translation and where it looked -----------------
+
+
+def translation_teaser(index: int = 18, ax: Axes | None = None) -> Axes:
+    """One test sentence as the book's trained model translated it, with its cross-attention.
+
+    The committed artifacts (:func:`transformer_lib.book.artifacts.load_artifacts`) hold the
+    model's greedy translation of every test sentence and every attention weight of six of them;
+    this draws the last decoder layer's cross-attention (mean of the heads) of one, output tokens
+    on the rows, source tokens on the columns, under the sentence and its translation.
+
+    Args:
+        index: the test sentence (one of the six the artifacts hold attention for).
+        ax: where to draw (default: a new figure ``DECODING_LOOP_WIDTH_INCHES`` wide).
+    """
+    import matplotlib.pyplot as plt
+
+    from .artifacts import load_artifacts
+
+    artifacts = load_artifacts()
+    if artifacts is None:
+        raise FileNotFoundError("no committed artifacts (transformer_lib/book/runs/artifacts/) to draw from")
+    entries = {entry["index"]: entry for entry in artifacts["attention"]}
+    if index not in entries:
+        raise ValueError(f"the artifacts hold attention for test sentences {sorted(entries)}, not {index}")
+    entry = entries[index]
+    weights = np.asarray(entry["decoder_cross"], dtype=float)[-1].mean(0)  # (T, S): last layer, mean of heads
+    rows, cols = readable_tokens(entry["output_tokens"]), readable_tokens(entry["source_tokens"])
+    if ax is None:
+        _, ax = plt.subplots(figsize=(DECODING_LOOP_WIDTH_INCHES, 0.36 * len(rows) + 2.3), layout="constrained")
+    ax.imshow(weights, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="left", rotation_mode="anchor")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.xaxis.tick_top()
+    ax.set_xlabel("German source (keys)")
+    ax.set_ylabel("English output (queries)")
+    ax.xaxis.set_label_position("top")
+    ax.set_title(f"{entry['source']}\n→ {entry['translation']}", fontsize=10, y=-0.02 - 0.5 / len(rows), va="top")
+    return ax
 
 
 # --- The decoding loop -------------------------------------------------------------------------------

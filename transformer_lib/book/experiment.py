@@ -28,7 +28,7 @@ from typing import Literal, TypeVar
 import torch
 
 __all__ = ["CHAPTERS", "FULL_PROFILE_TRAINING", "PROFILE_ENV", "THROUGHPUT", "Training", "current_profile",
-           "describe_profile", "estimate_seconds", "pick"]
+           "describe_profile", "estimate_seconds", "full_profile_cost", "pick", "profile_line"]
 
 PROFILE_ENV = "TRANSFORMER_BOOK_PROFILE"
 Profile = Literal["fast", "full"]
@@ -113,6 +113,41 @@ def _duration(seconds: float, at_least: bool) -> str:
     return f"{'at least' if at_least else 'about'} {amount}"
 
 
+def _why() -> str:
+    if os.environ.get(PROFILE_ENV, "").strip():
+        return f"{PROFILE_ENV} says so"
+    return "the default with a GPU" if torch.cuda.is_available() else "the default without a GPU"
+
+
+def profile_line() -> str:
+    """One line for a section's set-up cell (at most ``WIDTH`` characters): the profile, why, the
+    device, and how to switch."""
+    profile = current_profile()
+    other = "fast" if profile == "full" else "full"
+    gpu = torch.cuda.is_available()
+    why = "set" if os.environ.get(PROFILE_ENV, "").strip() else ("a GPU" if gpu else "no GPU")
+    return f"{profile} profile ({why}), {'cuda' if gpu else 'cpu'}; switch: %env {PROFILE_ENV}={other}"
+
+
+def full_profile_cost(chapter: str) -> str:
+    """What the full profile of ``chapter`` trains and how long that takes, in a sentence.
+
+    Args:
+        chapter: the chapter's folder name, e.g. ``"05_training"``.
+    """
+    estimate_seconds(chapter, "cpu")  # a chapter's name, or a clear error
+    work = FULL_PROFILE_TRAINING.get(chapter, ())
+    if not work:
+        return "The full profile makes bigger measurements; it trains no model."
+    flops = sum(t.flops for t in work)
+    small = max(t.flops_per_step for t in work) < 1e10  # too small to reach those rates
+    t4, cpu = (_duration(estimate_seconds(chapter, d), small) for d in ("t4", "cpu"))
+    return (f"The full profile trains {' and '.join(t.what for t in work)}, {flops:.1e} FLOP: "
+            f"{t4} on a Colab T4 GPU, {cpu} on a 2-core CPU (FLOP / rate: the T4 at a quarter of "
+            f"its float32 peak, the CPU at the rate measured running the full profile"
+            f"{'; models this small run slower' if small else ''}).")
+
+
 def describe_profile(chapter: str) -> str:
     """What a chapter's set-up cell prints: profile, device, the full profile's cost, the switch.
 
@@ -122,27 +157,13 @@ def describe_profile(chapter: str) -> str:
     Returns:
         A few lines, at most ``WIDTH`` characters wide (they fit a phone's screen).
     """
-    estimate_seconds(chapter, "cpu")  # a chapter's name, or a clear error
+    cost = full_profile_cost(chapter)  # a chapter's name, or a clear error
     profile = current_profile()
     gpu = torch.cuda.is_available()
     device = f"cuda ({torch.cuda.get_device_name()})" if gpu else "cpu"
-    if os.environ.get(PROFILE_ENV, "").strip():
-        why = f"{PROFILE_ENV} says so"
-    else:
-        why = "the default with a GPU" if gpu else "the default without a GPU"
-    lines = [f"profile: {profile} ({why}), device {device}, torch {torch.__version__}"]
-    work = FULL_PROFILE_TRAINING.get(chapter, ())
-    if not work:
-        lines.append("Full profile: bigger measurements; it trains no model.")
-    else:
-        flops = sum(t.flops for t in work)
-        small = max(t.flops_per_step for t in work) < 1e10  # too small to reach those rates
-        t4, cpu = (_duration(estimate_seconds(chapter, d), small) for d in ("t4", "cpu"))
-        lines.append(
-            f"Full profile: trains {' and '.join(t.what for t in work)}, {flops:.1e} FLOP: "
-            f"{t4} on a Colab T4 GPU, {cpu} on a 2-core CPU (FLOP / rate: the T4 at a quarter of "
-            f"its float32 peak, the CPU at the rate measured running the full profile"
-            f"{'; models this small run slower' if small else ''}).")
+    lines = [f"profile: {profile} ({_why()}), device {device}, torch {torch.__version__}",
+             cost.replace("The full profile makes", "Full profile: makes", 1)
+                 .replace("The full profile trains", "Full profile: trains", 1)]
     other = "fast" if profile == "full" else "full"
     lines.append(f"Switch: run %env {PROFILE_ENV}={other} before this cell.")
     return "\n".join(textwrap.fill(line, width=WIDTH, subsequent_indent="  ") for line in lines)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 __all__ = ["ARCHITECTURE_CHAPTERS", "PAGE_WIDTH_INCHES", "architecture_diagram", "loss_curves_chart",
-           "plot_training_curves", "training_curves_chart"]
+           "plot_training_curves", "readable_tokens", "training_curves_chart"]
 
 # --- Tensors, labels and axes -------------------------------------------------------------------
 
@@ -60,6 +60,22 @@ def _check_labels(tokens: Sequence[str], size: int, what: str) -> list[str]:
     if len(tokens) != size:
         raise ValueError(f"got {len(tokens)} {what} tokens for {size} {what} positions; they must match")
     return tokens
+
+
+def readable_tokens(tokens: Sequence[str]) -> list[str]:
+    """Subword pieces as a reader reads them on an axis: the word-start marker ``▁`` dropped, and a
+    piece that continues a word (letters or digits without the marker) shown as ``-piece``.
+
+    Word tokens (no piece carries the marker) are returned as they are.
+
+    Example:
+        >>> readable_tokens(["▁People", "▁are", "▁ad", "ding", ".", "<eos>"])
+        ['People', 'are', 'ad', '-ding', '.', '<eos>']
+    """
+    tokens = [str(t) for t in tokens]
+    if not any(t.startswith("▁") for t in tokens):
+        return tokens
+    return [t[1:] if t.startswith("▁") else (f"-{t}" if t[:1].isalnum() else t) for t in tokens]
 
 
 def _token_axis(tokens: list[str], title: str, **kwargs: Any) -> Any:

@@ -19,10 +19,101 @@ import altair as alt
 import pandas as pd
 from torch import Tensor
 
-from .figures import plot_training_curves
+from .figures import _EDGE, _INK, _LINE, _arrow, _box_style, plot_training_curves
 
-__all__ = ["LiveLossPlot", "label_smoothing_chart", "length_histogram_chart", "lr_schedule_chart",
-           "padding_waste_chart", "smoothing_conventions_figure", "target_mask_figure", "validation_bleu_chart"]
+__all__ = ["LiveLossPlot", "PIPELINE_WIDTH_INCHES", "label_smoothing_chart", "length_histogram_chart",
+           "lr_schedule_chart", "padding_waste_chart", "recipe_chart", "smoothing_conventions_figure",
+           "target_mask_figure", "training_pipeline_diagram", "validation_bleu_chart"]
+
+# --- The pipeline: from text to batches, from batches to updates -------------------------------------
+
+PIPELINE_WIDTH_INCHES = 5.4
+"""The diagram's width: 540 px at matplotlib's 100 dpi, so a 390 px phone shrinks it by a third only."""
+
+# (title, what does it, lit): the data side (left column, top down) and one update (right column).
+_DATA_STEPS = [
+    ("text", "German and English captions", False),
+    ("tokens", "a tokenizer: spaCy words or BPE", False),
+    ("ids", "Vocab", False),
+    ("batches", "BucketBatchSampler + collate:\nBatch(src, tgt_in, tgt_out)", True),
+]
+_UPDATE_STEPS = [
+    ("forward", "Transformer(src, tgt_in): logits", False),
+    ("loss", "label-smoothed cross-entropy\nagainst tgt_out", True),
+    ("backward", "gradients of the loss", False),
+    ("clip", "gradients rescaled to a global norm", True),
+    ("step", "AdamW; the learning-rate schedule", True),
+    ("checkpoint", "every few steps, written atomically", True),
+]
+
+
+def training_pipeline_diagram(ax: Any = None) -> Any:
+    """Chapter 5's pipeline: text becomes batches (left), and each batch one update (right), in a loop.
+
+    The pieces the chapter builds are lit; each box says which library piece does the step
+    (``transformer_lib.prepared`` and ``batching`` on the left, ``training`` on the right).
+
+    Args:
+        ax: where to draw (default: a new figure ``PIPELINE_WIDTH_INCHES`` wide).
+
+    Returns:
+        The matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(PIPELINE_WIDTH_INCHES, 5.6), layout="constrained")
+    columns = {0: (2.35, _DATA_STEPS, "text to batches"), 1: (7.45, _UPDATE_STEPS, "one update per batch")}
+    width, height, gap = 4.3, 0.95, 1.35
+    for x, steps, heading in columns.values():
+        ax.text(x, 8.35, heading, ha="center", va="center", fontsize=9.5, color=_LINE, style="italic")
+        for k, (title, what, lit) in enumerate(steps):
+            y = 7.6 - k * gap
+            ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                                        boxstyle="round,pad=0.02,rounding_size=0.12", **_box_style(lit)))
+            ax.text(x, y + 0.22, title, ha="center", va="center", fontsize=9.5, color=_INK, weight="bold")
+            ax.text(x, y - 0.18, what, ha="center", va="center", fontsize=7.5, color=_INK, linespacing=1.1)
+            if k:
+                _arrow(ax, [(x, y + gap - height / 2 - 0.02), (x, y + height / 2 + 0.02)])
+    left, right = columns[0][0], columns[1][0]
+    bottom_left = 7.6 - (len(_DATA_STEPS) - 1) * gap
+    # the batches feed the forward pass; after the step, the next batch
+    _arrow(ax, [(left + width / 2 + 0.02, bottom_left), (4.9, bottom_left), (4.9, 7.6),
+                (right - width / 2 - 0.02, 7.6)])
+    step_y = 7.6 - 4 * gap
+    _arrow(ax, [(right + width / 2 + 0.02, step_y), (9.95, step_y), (9.95, 7.6), (right + width / 2 + 0.02, 7.6)])
+    ax.text(10.05, (step_y + 7.6) / 2, "next\nbatch", ha="left", va="center", fontsize=7.5, color=_LINE)
+    ax.set_xlim(0, 10.9)
+    ax.set_ylim(7.6 - (len(_UPDATE_STEPS) - 1) * gap - 0.7, 8.7)
+    ax.axis("off")
+    return ax
+
+
+def recipe_chart(grid: Any, *, bleu: str = "val BLEU beam 4", title: str | None = None) -> Any:
+    """The recipe comparison as one dot per run, best first: validation BLEU, coloured by the layout
+    and schedule it used, hover for every choice.
+
+    Args:
+        grid: :func:`transformer_lib.book.results.recipe_table`'s frame (one row per run, indexed by
+            the run's name).
+        bleu: the column to draw.
+    """
+    frame = grid.reset_index()
+    frame["layout and schedule"] = frame["LayerNorm"] + ", " + frame["schedule"]
+    order = frame.sort_values(bleu, ascending=False)["run"].tolist()
+    return (
+        alt.Chart(frame, title=title or "")
+        .mark_circle(size=70, opacity=1)
+        .encode(
+            y=alt.Y("run:N", sort=order, title=None, axis=alt.Axis(labelLimit=220, grid=True)),
+            x=alt.X(f"{bleu}:Q", title=f"{bleu} (lowercased)", scale=alt.Scale(zero=False)),
+            color=alt.Color("layout and schedule:N", title=None, legend=alt.Legend(orient="bottom", columns=2)),
+            tooltip=["run", "tokens", "LayerNorm", "schedule", alt.Tooltip("peak lr:Q", format=".1e"), "dropout",
+                     "seed", alt.Tooltip(f"{bleu}:Q", format=".2f")],
+        )
+        .properties(width=360, height=14 * len(frame))
+    )
 
 # --- Charts ------------------------------------------------------------------------------------------
 

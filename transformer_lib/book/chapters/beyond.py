@@ -1,0 +1,93 @@
+"""Chapter 7's shared set-up: the English captions of Multi30k as a word corpus, their batches, and
+the caption language model that one section trains and the next compares with.
+
+The corpus is tokenized once and the model trained once; both then come from the book's cache
+(:mod:`transformer_lib.book.cache`), so the masked-word section need not retrain the model it
+measures itself against.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from transformer_lib.book.cache import cached
+from transformer_lib.book.experiment import current_profile, pick
+from transformer_lib.language_models import CaptionCorpus, caption_corpus, lm_batches, train_steps
+from transformer_lib.masked_lm import MASK
+from transformer_lib.model import DecoderOnlyTransformer, TransformerConfig
+from transformer_lib.vocab import Vocab
+
+__all__ = ["caption_batches", "caption_data", "caption_language_model", "caption_model_size", "train_caption_lm"]
+
+
+def caption_data() -> CaptionCorpus:
+    """The English training and validation captions as lowercased spaCy words, with a vocabulary
+    of the training words seen at least twice (and ``<mask>``, for the masked model):
+    :func:`~transformer_lib.language_models.caption_corpus` the first time, then from the cache."""
+
+    def tokenize(folder: Path) -> None:
+        corpus = caption_corpus(min_freq=2, extra_specials=[MASK])
+        payload = {"vocab": corpus.vocab.to_dict(), "ids": corpus.ids, "text": corpus.text}
+        (folder / "captions.json").write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
+
+    folder = cached("caption-corpus", {"min_freq": 2, "extra_specials": [MASK]}, tokenize)
+    payload = json.loads((folder / "captions.json").read_text(encoding="utf-8"))
+    return CaptionCorpus(Vocab.from_dict(payload["vocab"]), payload["ids"], payload["text"])
+
+
+def caption_model_size() -> dict[str, Any]:
+    """The size and training length of both caption models: two layers of width 64 for 300 steps in
+    the fast profile, four of width 128 for 3,000 in the full one."""
+    return {"size": pick(fast=dict(d_model=64, d_ff=256, dropout=0.0), full=dict(d_model=128, d_ff=512, dropout=0.1)),
+            "n_layers": pick(fast=2, full=4), "steps": pick(fast=300, full=3000), "epochs": pick(fast=1, full=7)}
+
+
+def caption_batches(captions: CaptionCorpus) -> tuple[list[tuple[Tensor, Tensor]], list[tuple[Tensor, Tensor]]]:
+    """Training batches of 64 captions of similar length (chapter 5's length bucketing), as many as
+    the profile trains for, and the validation captions in batches of 256."""
+    vocab, steps = captions.vocab, caption_model_size()
+    ids = dict(bos_id=vocab.bos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id)
+    train = [b for epoch in range(steps["epochs"]) for b in lm_batches(captions.ids["train"], 64, epoch=epoch, **ids)]
+    return train[:steps["steps"]], lm_batches(captions.ids["val"], 256, shuffle=False, **ids)
+
+
+def train_caption_lm(vocab_size: int, batches: list[tuple[Tensor, Tensor]],
+                     device: torch.device | str = "cpu") -> tuple[DecoderOnlyTransformer, list[float]]:
+    """The decoder-only caption model with RoPE, trained on ``batches`` by ``train_steps``."""
+    steps = caption_model_size()
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(TransformerConfig.decoder_only(
+        "tiny", vocab_size=vocab_size, positional="rope", max_len=64,
+        n_decoder_layers=steps["n_layers"], **steps["size"])).to(device)
+    losses = train_steps(model, batches, lr=3e-3, warmup_steps=30, device=device)
+    return model, losses
+
+
+def caption_language_model(captions: CaptionCorpus,
+                           device: torch.device | str = "cpu") -> tuple[DecoderOnlyTransformer, dict[str, Any]]:
+    """:func:`train_caption_lm` on :func:`caption_batches`, once; then the trained weights from the
+    cache. Returns the model (in eval mode) and its training record: ``losses`` (one per step) and
+    ``seconds`` (how long the training took, when it ran)."""
+    device = torch.device(device)
+
+    def train(folder: Path) -> None:
+        started = time.perf_counter()
+        model, losses = train_caption_lm(len(captions.vocab), caption_batches(captions)[0], device)
+        torch.save(model.state_dict(), folder / "model.pt")
+        record = {"losses": losses, "seconds": time.perf_counter() - started}
+        (folder / "training.json").write_text(json.dumps(record), encoding="utf-8")
+
+    key = {"profile": current_profile(), "device": device.type, "vocab": len(captions.vocab)}
+    folder = cached("caption-lm", key, train)
+    steps = caption_model_size()
+    model = DecoderOnlyTransformer(TransformerConfig.decoder_only(
+        "tiny", vocab_size=len(captions.vocab), positional="rope", max_len=64,
+        n_decoder_layers=steps["n_layers"], **steps["size"])).to(device)
+    model.load_state_dict(torch.load(folder / "model.pt", map_location=device, weights_only=True))
+    return model.eval(), json.loads((folder / "training.json").read_text(encoding="utf-8"))

@@ -1,0 +1,50 @@
+"""Chapter 2's example: two German sentences and their English translations, as a padded batch.
+
+Every section of the chapter masks the same batch, so that its pictures can be compared: sentence 0
+is short and padded, sentence 1 fills the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from transformer_lib.vocab import Vocab, tokenizer
+
+__all__ = ["EXAMPLE_PAIRS", "ExampleBatch", "example_batch"]
+
+EXAMPLE_PAIRS = (("Ein Hund rennt.", "A dog runs."),
+                 ("Zwei Kinder spielen im Park Fußball.", "Two children play football in the park."))
+
+
+@dataclass(frozen=True)
+class ExampleBatch:
+    """The batch and what labels it: ids ``src`` ``(B, S)`` and ``tgt`` ``(B, T)``, each sentence
+    between ``<bos>`` and ``<eos>`` and padded with ``pad_id``; the tokens at every position."""
+
+    vocab: Vocab
+    pad_id: int
+    src: torch.Tensor
+    tgt: torch.Tensor
+    src_tokens: list[list[str]]
+    tgt_tokens: list[list[str]]
+
+
+def example_batch() -> ExampleBatch:
+    """The two pairs, tokenized by spaCy's rule-based tokenizers and numbered by one small ``Vocab``."""
+    src_text = [tokenizer("de")(de) for de, _ in EXAMPLE_PAIRS]
+    tgt_text = [tokenizer("en")(en) for _, en in EXAMPLE_PAIRS]
+    vocab = Vocab.build(src_text + tgt_text)  # one small vocabulary for both
+
+    def pad_batch(sentences: list[list[str]]) -> torch.Tensor:
+        ids = [vocab.encode(s, add_bos=True, add_eos=True) for s in sentences]
+        length = max(len(i) for i in ids)
+        return torch.tensor([i + [vocab.pad_id] * (length - len(i)) for i in ids])
+
+    src, tgt = pad_batch(src_text), pad_batch(tgt_text)  # (B, S), (B, T)
+
+    def labels(ids: torch.Tensor) -> list[list[str]]:
+        return [[vocab.id_to_token(int(i)) for i in row] for row in ids]
+
+    return ExampleBatch(vocab, vocab.pad_id, src, tgt, labels(src), labels(tgt))
