@@ -1,4 +1,4 @@
-"""Every chapter runs where readers run it: a Colab-like runtime, the chapter's own set-up cell, no internet.
+"""Every section runs where readers run it: a Colab-like runtime, the section's own set-up cell, no internet.
 
 The environment. A new virtual environment sees, through a ``.pth`` file, a folder of symlinks to
 *only* the distributions a fresh Colab runtime ships that the book uses, with everything they need,
@@ -11,23 +11,34 @@ It does NOT see ``transformer_lib``, nor what Colab does not ship and the librar
 sacremoses, tokenizers (Colab has it, through transformers; left out so the test also covers it) and
 vl-convert-python (the test checks they cannot be imported before the set-up cell runs).
 
-The set-up cell. Each chapter is copied alone into an empty folder, its set-up cell's repository URL
+The set-up cell. Each section is copied alone into an empty folder, its set-up cell's repository URL
 swapped for ``git+file://`` of this clone (the same cell, the same ``%pip install``), and executed
 top to bottom by nbclient in a kernel of that environment. pip runs with ``PIP_NO_INDEX`` and
 ``PIP_FIND_LINKS`` pointing at a wheel folder made here by repacking the installed copies of the
 library's dependencies that the Colab runtime lacks (and setuptools, to build the library). So pip
-installs only what ``pyproject.toml`` declares, and a dependency it forgot fails the chapter that
-uses it (tried: without ``tokenizers`` in pyproject.toml, chapter 3 fails with "No module named
-'tokenizers'" where it learns BPE merges). pip installs the *committed* code (``HEAD`` of this
+installs only what ``pyproject.toml`` declares, and a dependency it forgot fails the section that
+uses it (tried: without ``tokenizers`` in pyproject.toml, the subword section fails with "No module
+named 'tokenizers'" where it learns BPE merges). pip installs the *committed* code (``HEAD`` of this
 clone): commit before running it.
 
-Committed results: chapters 5 and 6 show the committed full Multi30k run (package data,
-``transformer_lib/book/runs``); their executed outputs must contain its command and BLEU signature.
+One runtime for all sections: the first section's set-up cell installs the library (the cell is the
+same in every notebook, ``tests/test_book.py`` checks it), and every later section runs in the same
+runtime, in a kernel of its own that is shut down after it. A fresh environment per section would
+cost a venv and a pip install of about 20 local wheels each (about 6 s of CPU) for no new check.
+Sections that need a model an earlier section trained load it from the book's cache
+(``transformer_lib.book.cache``), as they do on Colab; the site build shares that cache.
 
-Each chapter gets a fresh environment: beyond executing the chapter, that costs a new venv and a pip
-install of about 20 local wheels (about 6 s of CPU a chapter). ``make checks`` runs this file in place
-of nbmake (the chapters execute once there, and once more in the site build); ``make notebooks``
-still runs nbmake.
+What the executed sections must show:
+
+- no cell prints after it displayed something (the site merges a cell's printed lines into one block
+  in front of its displays, so a table would be shown apart from the line that names it);
+- every figure (an image or an altair chart) outside an exercise's solution has a caption (cell
+  metadata ``mystnb.figure.caption``), so the site numbers it;
+- committed results: the sections that show the committed full Multi30k run (package data,
+  ``transformer_lib/book/runs``) print its command and BLEU signature.
+
+``make checks`` runs this file in place of nbmake (the sections execute once there, and once more in
+the site build); ``make notebooks`` still runs nbmake.
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ import venv
 import zipfile
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,7 +70,9 @@ from packaging.markers import default_environment  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = sorted(p.name for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+SECTIONS = sorted(p.relative_to(ROOT / "book").as_posix() for p in (ROOT / "book").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
+# The sections that show the committed full-size run (its command and signature must appear).
+SHOW_THE_COMMITTED_RUN = ("05_training/08_full_result.ipynb", "06_decoding/03_beam_search.ipynb")
 REPOSITORY = "git+https://github.com/tested-transformer/tested-transformer"
 # What a fresh Colab runtime ships that the book uses (their own requirements come with them).
 COLAB_SHIPS = ("torch", "numpy", "pandas", "matplotlib", "altair", "spacy", "tqdm", "ipykernel", "ipython", "pip")
@@ -189,13 +203,13 @@ def _probe(python: Path, code: str) -> subprocess.CompletedProcess:
     return subprocess.run([python, "-c", code], capture_output=True, text=True, env=_clean_env(), cwd=python.parent)
 
 
-def _chapter_copy(chapter: str, folder: Path) -> Path:
-    """The chapter, alone in ``folder``, its set-up cell installing from this clone."""
-    notebook = nbformat.read(ROOT / "book" / chapter, as_version=4)
+def _section_copy(section: str, folder: Path) -> Path:
+    """The section, alone in ``folder``, its set-up cell installing from this clone."""
+    notebook = nbformat.read(ROOT / "book" / section, as_version=4)
     setup = [cell for cell in notebook.cells if cell.cell_type == "code" and REPOSITORY in cell.source]
-    assert len(setup) == 1, f"{chapter}: one set-up cell installs from {REPOSITORY}"
+    assert len(setup) == 1, f"{section}: one set-up cell installs from {REPOSITORY}"
     setup[0].source = setup[0].source.replace(REPOSITORY, f"git+file://{ROOT}")
-    path = folder / chapter
+    path = folder / Path(section).name
     nbformat.write(notebook, path)
     return path
 
@@ -211,35 +225,78 @@ def _text_of(cells: list) -> str:
     return "\n".join(parts)
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_the_chapter_runs_in_a_colab_like_runtime(chapter: str, colab_view: Path, wheelhouse: Path,
-                                                  tmp_path: Path) -> None:
-    kernels = _colab_runtime(tmp_path, colab_view)
-    python = tmp_path / "venv" / "bin" / "python"
+def _prints_after_a_display(cell: Any) -> bool:
+    """A stream output after a displayed one: the site would show them in another order."""
+    kinds = [output["output_type"] for output in cell.get("outputs", [])]
+    shown = [i for i, kind in enumerate(kinds) if kind in ("display_data", "execute_result")]
+    return bool(shown) and any(kind == "stream" for kind in kinds[shown[0]:])
+
+
+def _is_figure(output: Any) -> bool:
+    data = output.get("data", {})
+    return any(key.startswith("image/") for key in data) or 'class="tt-altair"' in data.get("text/html", "")
+
+
+def _uncaptioned_figures(cells: list) -> list[str]:
+    found = []
+    for cell in cells:
+        if cell.cell_type != "code" or "solution" in cell.metadata.get("tags", []):
+            continue
+        caption = cell.metadata.get("mystnb", {}).get("figure", {}).get("caption")
+        if not caption and any(_is_figure(output) for output in cell.get("outputs", [])):
+            found.append(cell.get("id", "?"))
+    return found
+
+
+@pytest.fixture(scope="module")
+def runtime(colab_view: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One Colab-like runtime for every section: checked to lack the library before the first runs."""
+    home = tmp_path_factory.mktemp("colab-runtime")
+    kernels = _colab_runtime(home, colab_view)
+    python = home / "venv" / "bin" / "python"
     assert _importable(python, ("transformer_lib", *NOT_ON_COLAB, "torch", "pandas", "altair", "spacy")) == [
         "torch", "pandas", "altair", "spacy"], "the fresh runtime has what Colab ships, and nothing else we need"
+    return {"home": home, "kernels": kernels, "python": python, "wheelhouse": wheelhouse}
 
-    folder = tmp_path / "chapter"
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_the_section_runs_in_a_colab_like_runtime(section: str, runtime: dict[str, Path], tmp_path: Path) -> None:
+    folder = tmp_path / "section"
     folder.mkdir()
-    notebook = nbformat.read(_chapter_copy(chapter, folder), as_version=4)
-    kernel = KernelManager(kernel_name="colab", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
+    notebook = nbformat.read(_section_copy(section, folder), as_version=4)
+    kernel = KernelManager(kernel_name="colab",
+                           kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(runtime["kernels"])]))
     client = nbclient.NotebookClient(notebook, km=kernel, timeout=600, resources={"metadata": {"path": str(folder)}})
     try:
-        client.execute(env=_clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse)))
+        client.execute(env=_clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(runtime["wheelhouse"])))
     except CellExecutionError as error:
         setup = [cell for cell in notebook.cells if "%pip install" in cell.source][0]
-        raise AssertionError(f"{chapter} failed in the Colab-like runtime; its set-up cell printed:\n"
+        raise AssertionError(f"{section} failed in the Colab-like runtime; its set-up cell printed:\n"
                              f"{_text_of([setup])[-3000:]}") from error
+    finally:
+        if kernel.has_kernel:  # nbclient leaves a kernel it did not start running
+            kernel.shutdown_kernel(now=True)
 
-    where = _probe(python, "import sacrebleu, transformer_lib; print(transformer_lib.__file__, sacrebleu.__file__)")
-    assert where.returncode == 0, where.stderr[-2000:]
-    assert all(str(tmp_path / "venv") in path for path in where.stdout.split()), (
-        f"the set-up cell installed the library and its dependencies into the runtime: {where.stdout}")
-
-    if chapter.startswith(("05", "06")):
+    reordered = [cell.get("id") for cell in notebook.cells if cell.cell_type == "code" and _prints_after_a_display(cell)]
+    assert not reordered, f"{section}: cells {reordered} print after they displayed something; print first, display last"
+    uncaptioned = _uncaptioned_figures(notebook.cells)
+    assert not uncaptioned, f"{section}: figures without a caption (cell metadata mystnb.figure.caption) in {uncaptioned}"
+    if section in SHOW_THE_COMMITTED_RUN:
         committed = json.loads((ROOT / "transformer_lib/book/runs/multi30k_full_metrics.json").read_text())
         shown = _text_of(notebook.cells)
         signature = committed["bleu"]["test"]["greedy"]["cased"]["signature"]
         command = committed["command"].split(" --out ")[0]
         assert command in shown and signature in shown, (
-            f"{chapter} must show the committed full run (package data) to an installed reader")
+            f"{section} must show the committed full run (package data) to an installed reader")
+
+
+def test_the_set_up_cell_installed_the_library_into_the_runtime(runtime: dict[str, Path]) -> None:
+    """After the sections ran, the library and the dependencies Colab lacks are in the runtime's own
+    environment (not found through this checkout)."""
+    if not any((runtime["home"] / "venv").rglob("transformer_lib/__init__.py")):
+        subprocess.run([runtime["python"], "-m", "pip", "install", "--quiet", f"transformer_lib @ git+file://{ROOT}"],
+                       env=_clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(runtime["wheelhouse"])), check=True)
+    where = _probe(runtime["python"], "import sacrebleu, transformer_lib; print(transformer_lib.__file__, sacrebleu.__file__)")
+    assert where.returncode == 0, where.stderr[-2000:]
+    assert all(str(runtime["home"] / "venv") in path for path in where.stdout.split()), (
+        f"the set-up cell installed the library and its dependencies into the runtime: {where.stdout}")

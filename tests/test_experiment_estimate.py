@@ -1,4 +1,5 @@
-"""The time each chapter's set-up cell announces for the full profile (``describe_profile``)."""
+"""The time each chapter's landing page announces for its full profile (``full_profile_cost``, which
+``describe_profile`` prints too), and the one line each section's set-up prints (``profile_line``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from transformer_lib.book.experiment import (
     WIDTH,
     describe_profile,
     estimate_seconds,
+    full_profile_cost,
+    profile_line,
 )
 from transformer_lib.masked_lm import EncoderOnlyTransformer, encoder_only_config
 from transformer_lib.model import DecoderOnlyTransformer, Transformer, TransformerConfig
@@ -109,7 +112,7 @@ def test_the_cpu_rate_is_the_full_runs_command_on_this_cpu() -> None:
 
 
 def test_every_chapter_is_known() -> None:
-    assert CHAPTERS == tuple(sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb")))
+    assert CHAPTERS == tuple(sorted(p.name for p in (ROOT / "book").glob("[0-9][0-9]_*") if p.is_dir()))
     assert set(FULL_PROFILE_TRAINING) <= set(CHAPTERS)
 
 
@@ -140,3 +143,22 @@ def test_bad_names_are_refused() -> None:
         describe_profile("5_training")
     with pytest.raises(ValueError, match="no throughput for device 'a100'"):
         estimate_seconds("05_training", "a100")
+
+
+@pytest.mark.parametrize("profile", ["fast", "full"])
+def test_a_section_prints_its_profile_in_one_line_that_fits_a_phone(profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PROFILE_ENV, profile)
+    line = profile_line()
+    other = "fast" if profile == "full" else "full"
+    assert line.startswith(f"{profile} profile (set)") and line.endswith(f"%env {PROFILE_ENV}={other}")
+    assert "\n" not in line and len(line) <= WIDTH
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_landing_pages_sentence_is_the_estimate(chapter: str) -> None:
+    text = full_profile_cost(chapter)
+    assert (chapter in FULL_PROFILE_TRAINING) == text.startswith("The full profile trains")
+    if chapter in FULL_PROFILE_TRAINING:
+        seconds = estimate_seconds(chapter, "cpu")
+        said = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{max(seconds, 1):.0f} s"
+        assert f"{said} on a 2-core CPU" in text

@@ -15,7 +15,9 @@ system can lock files (Linux, macOS), a second process that needs the same entry
 instead of repeating its work.
 
 Where: ``$TRANSFORMER_BOOK_CACHE``, else ``$XDG_CACHE_HOME/tested-transformer``, else
-``~/.cache/tested-transformer``. Deleting the folder is always safe.
+``~/.cache/tested-transformer``. Deleting the folder is always safe. Of the entries of one name,
+the newest ``KEEP`` stay; older ones (made by older code, or with other settings) are removed when a
+new one is made.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CACHE_ENV", "cache_dir", "cached", "library_digest"]
+__all__ = ["CACHE_ENV", "KEEP", "cache_dir", "cached", "library_digest"]
 
 CACHE_ENV = "TRANSFORMER_BOOK_CACHE"
+KEEP = 4
+"""Entries of one name kept: enough for both profiles and a change of code, few enough to stay small."""
 
 
 def cache_dir() -> Path:
@@ -123,4 +127,15 @@ def cached(name: str, key: Any, make: Callable[[Path], None]) -> Path:
             os.replace(partial, folder)
         finally:
             shutil.rmtree(partial, ignore_errors=True)
+    _prune(root, name, keep=folder)
     return folder
+
+
+def _prune(root: Path, name: str, keep: Path) -> None:
+    """Remove all but the newest ``KEEP`` complete entries called ``name`` (never ``keep``)."""
+    entries = sorted((p for p in root.glob(f"{name}-*") if (p / ".complete").exists() and p != keep
+                      and p.name[len(name) + 1:].isalnum()),
+                     key=lambda p: (p / ".complete").stat().st_mtime, reverse=True)
+    for old in entries[KEEP - 1:]:
+        shutil.rmtree(old, ignore_errors=True)
+        (root / f"{old.name}.lock").unlink(missing_ok=True)

@@ -1,7 +1,8 @@
-"""What every section's set-up cell does, in one call: :func:`start`.
+"""What every section's set-up cell does, in one call: ``section.start()``.
 
 A chapter is a landing page and a few section notebooks; each section runs on its own (on Colab, in
-the website's build, in the tests). Its set-up cell imports what it uses, then calls ``start()``:
+the website's build, in the tests). Its set-up cell imports what it uses (``from transformer_lib.book
+import section``), then calls ``section.start()``:
 the book's charts and visual style, a fixed seed, and one line saying which experiment profile runs
 (``transformer_lib.book.experiment``). What a chapter's sections share beyond that (example data, a
 model one section trains and others use) lives in its module in :mod:`transformer_lib.book.chapters`.

@@ -1,0 +1,76 @@
+"""The chapters' shared set-up (``transformer_lib.book.chapters``): what several sections build on.
+
+The trained models are exercised by the sections that use them (the site build and
+``tests/test_colab.py`` run every section); here, the example data and settings they start from.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from transformer_lib.book.chapters import beyond, decoding, embeddings, masking, training
+from transformer_lib.book.experiment import PROFILE_ENV
+from transformer_lib.train import DEFAULTS
+
+
+def test_the_masking_example_is_a_padded_batch_labelled_by_its_tokens() -> None:
+    batch = masking.example_batch()
+    assert batch.src.shape[0] == batch.tgt.shape[0] == len(masking.EXAMPLE_PAIRS) == 2
+    assert (batch.src[0] == batch.pad_id).any() and not (batch.src[1] == batch.pad_id).any()
+    for ids, tokens in [(batch.src, batch.src_tokens), (batch.tgt, batch.tgt_tokens)]:
+        assert [[batch.vocab.token_to_id(t) for t in row] for row in tokens] == ids.tolist()
+        assert all(row[0] == "<bos>" and "<eos>" in row for row in tokens)
+
+
+def test_the_caption_example_is_section_3_1s_batch() -> None:
+    example = embeddings.caption_example()
+    assert len(example.de_tokens) == len(example.en_tokens) == len(embeddings.CAPTION_PAIRS) == 8
+    assert example.src.shape[0] == 4
+    assert (example.src[:, 0] == example.vocab_de.bos_id).all()
+    assert example.vocab_de.decode(example.src[3].tolist()) == example.de_tokens[3]
+
+
+@pytest.mark.parametrize("profile", ["fast", "full"])
+def test_the_reverse_task_is_the_trainers(profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PROFILE_ENV, profile)
+    if profile == "full":  # the full task is large: its settings suffice
+        monkeypatch.setitem(DEFAULTS["toy"]["full"], "n_train", 200)
+    task = training.reverse_task()
+    assert task.settings == DEFAULTS["toy"][profile]
+    assert len(task.vocab) == 4 + task.settings["n_symbols"]
+    seen = {tuple(src) for src, _ in task.train}
+    assert not any(tuple(src) in seen for src, _ in task.heldout), "held-out sequences never occur in training"
+    assert all(list(tgt) == list(src)[::-1] for src, tgt in list(task.train)[:50])
+
+
+def test_one_held_out_source_per_length_shortest_first() -> None:
+    sources = decoding.one_per_length()
+    lengths = [len(s.split()) for s in sources]
+    settings = DEFAULTS["toy"]["fast"]
+    # the shortest sequences all occur in training (there are only 10 of length 1), so no held-out one
+    assert lengths == sorted(set(lengths)) and lengths[-1] == settings["max_len"]
+    assert settings["min_len"] <= lengths[0] <= 3
+
+
+@pytest.mark.parametrize(("profile", "layers", "steps"), [("fast", 2, 300), ("full", 4, 3000)])
+def test_both_caption_models_share_one_size(profile: str, layers: int, steps: int,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PROFILE_ENV, profile)
+    size = beyond.caption_model_size()
+    assert (size["n_layers"], size["steps"]) == (layers, steps)
+
+
+def test_committed_outputs_are_shown_in_the_fast_profile_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformer_lib.book.artifacts import load_artifacts
+
+    artifacts = load_artifacts()
+    if artifacts is None:
+        pytest.skip("the committed artifacts are not installed")
+    sources = [f"sentence {i}" for i in range(artifacts["test"]["n_sentences"])]
+    with pytest.raises(ValueError, match="other test sentences"):
+        decoding.committed_outputs(decoding.TestSet([(s, s) for s in sources]))
+    monkeypatch.setattr(decoding, "sources_digest", lambda _: artifacts["test"]["sources_sha256"])
+    for profile, shown in (("fast", True), ("full", False)):
+        monkeypatch.setenv(PROFILE_ENV, profile)
+        committed = decoding.committed_outputs(decoding.TestSet([(s, s) for s in sources]))
+        assert committed.shown is shown and ("committed" in committed.label) is shown
