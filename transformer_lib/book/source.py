@@ -231,6 +231,14 @@ class Listing:
         body = highlight(self.data, PythonLexer(), HtmlFormatter(nowrap=True))
         elision = html.escape(ELISION, quote=False)
         body = body.replace(f'<span class="c1">{elision}</span>', f'<span class="c1 tt-elided">{elision}</span>')
+        # One span per line (Pygments closes its spans at each line's end), with the line's indent:
+        # where the page wraps code (print), a long line's continuation hangs under its own indent
+        # instead of going back to column 0 (site.css).
+        lines = []
+        for source, marked in zip(self.data.splitlines(), body.splitlines()):
+            indent = len(source) - len(source.lstrip(" "))
+            lines.append(f'<span class="tt-line" style="--tt-indent:{indent}">{marked}\n</span>')
+        body = "".join(lines)
         return (f"<style>{_notebook_css()}</style>"
                 f'<div class="{self.CSS_CLASS} highlight-python notranslate"><div class="highlight">'
                 f"<pre>{body}</pre></div></div>")
