@@ -1,10 +1,17 @@
-"""The website, tested in a real browser: offline, interactive, readable in light and dark mode.
+"""The website, tested in a real browser: offline, interactive, readable in light and dark mode, on a
+laptop and a phone, and pages a reader finishes.
 
 ``make book`` builds the site into ``_build/html``; these tests serve that folder on a loopback port
 and drive headless Chromium (Debian's ``chromium``; Playwright cannot download a browser here) over
-every page. Each page is loaded in light mode, in dark mode and, where it has charts, with JavaScript
-off. What is checked:
+every page. Each page is loaded in light mode, in dark mode, at a laptop's size (1280x900), a phone's
+(390x844) and printed (A4), and, where it has charts, with JavaScript off. What is checked:
 
+- the limits of issue 25, on every page (``test_nothing_is_clipped``): at most ``MAX_SCREENS`` screens
+  long (12 at 1280x900, 18 at 390x844, in the page's default state: collapsed cells stay collapsed);
+  visible code (cell inputs, ``show_source`` listings, code in the prose) at most ``MAX_CODE_SHARE``
+  (20%) of the page at 1280x900; nothing cut at either size or on paper (``CLIPPED_JS``: every code
+  block, output, equation, table, chart, image and figure fits its column, or, on screen only, sits in
+  a box that scrolls sideways with a visible cue; charts always fit, their text included);
 - no request goes to any host but the local server, and every local request succeeds;
 - no console errors and no uncaught exceptions;
 - every math element is typeset by MathJax, without TeX errors;
@@ -12,13 +19,16 @@ off. What is checked:
   chart that has tooltips shows one; a bound input (a head picker, say) redraws its chart; chart text
   stands out from what is behind it, in light and in dark mode; with JavaScript off, the static SVG shows;
 - every image loads;
-- a chapter's Colab button opens that chapter's ``.ipynb`` in the repository, and its download button
-  gives the committed notebook; the introduction's Colab badges, when present, cover every chapter;
+- a notebook page's Colab button opens its own ``.ipynb`` in the repository, and its download button
+  gives the committed notebook; every Colab link opens a notebook of the book; the introduction's
+  Colab badges, when present, cover every chapter;
 - the Colab set-up cell is labelled as what it is;
 - search finds every page by its title.
 
-A full-page screenshot of every page, light and dark, goes to ``_build/screenshots``;
-``python tests/test_site.py`` (run by ``make test``) lists what each page showed.
+A full-page screenshot of every page (light, dark, phone) and its printed PDF go to
+``_build/screenshots``; ``python tests/test_site.py`` (run by ``make test``) prints what each page
+showed, with the table of screens, code share and cut elements per page. ``SITE_DIR`` and
+``SCREENSHOTS_DIR`` point the tests at another build (an older commit's site, for a before/after).
 
 Without Chromium these tests are skipped with a loud reason; with ``REQUIRE_BROWSER=1`` (CI sets it)
 a missing browser fails them.
@@ -1040,6 +1050,60 @@ def test_renderer_draws_an_interactive_chart_offline(browser: Any, vega_bundle: 
         page.evaluate("() => { document.body.style.background = '#121212'; }")
         ratio, problems = check_contrast(page, chart)
         assert not problems, problems
+        assert not record.problems(), record.problems()
+
+
+def _wide_charts() -> list[Any]:
+    """A single view wider than a phone, with a title longer than a phone's column, and a
+    concatenation of two such views (which cannot be redrawn narrower, only scaled)."""
+    import altair as alt
+
+    from transformer_lib.book.charts import enable_charts
+
+    enable_charts()
+    rows = [{"x": i, "y": i * i % 7, "run": f"run {i % 3}"} for i in range(30)]
+    view = alt.Chart(alt.Data(values=rows)).mark_line().encode(x="x:Q", y="y:Q", color="run:N", tooltip=["x:Q"])
+    single = view.properties(width=600, height=160,
+                             title="A chart whose title is far longer than the column of a phone is wide")
+    return [single, view.properties(width=300, height=120) | view.properties(width=300, height=120)]
+
+
+CHART_FIT_JS = """() => Array.from(document.querySelectorAll(".tt-altair")).map(box => {
+  const svg = box.querySelector(".tt-altair-live svg"), r = box.getBoundingClientRect();
+  const texts = Array.from(svg.querySelectorAll("text"));
+  return {box: Math.round(r.width), drawn: Math.round(svg.getBoundingClientRect().width), scrolls: box.scrollWidth > box.clientWidth + 1,
+          scaled: box.classList.contains("tt-altair-scaled"), room: box.dataset.ttRoom,
+          titleLines: svg.querySelectorAll(".role-title-text text, .role-title-text tspan").length,
+          cut: texts.filter(t => { const b = t.getBoundingClientRect(); return b.width && (b.left < r.left - 1 || b.right > r.right + 1); })
+                    .map(t => t.textContent)};
+})"""
+
+
+def test_renderer_fits_charts_to_a_phone_column(browser: Any, vega_bundle: Path, tmp_path: Path) -> None:
+    """On a phone a chart is never wider than its column: a single view is redrawn narrower with its
+    title on several lines; a concatenation is scaled down; no text is cut at the chart's edge."""
+    shutil.copy(vega_bundle, tmp_path / "vega-embed.js")
+    shutil.copy(ROOT / "_static" / "site.css", tmp_path / "site.css")
+    charts = "".join(chart._repr_mimebundle_()["text/html"] for chart in _wide_charts())
+    (tmp_path / "charts.html").write_text(
+        '<!doctype html><html data-theme="light"><head><meta charset="utf-8"><link rel="stylesheet" href="site.css">'
+        f'<script defer src="vega-embed.js"></script></head><body style="margin: 16px">{charts}</body></html>',
+        encoding="utf-8",
+    )
+    with serve(tmp_path) as base, visit(browser, base, viewport=LAYOUT_VIEWPORTS["phone"]) as (page, record):
+        page.goto(base + "charts.html")
+        assert not wait_for_charts(page)
+        page.wait_for_function(CHARTS_FITTED_JS, timeout=CHART_TIMEOUT_MS)
+        single, concat = page.evaluate(CHART_FIT_JS)
+        for chart in (single, concat):
+            assert chart["drawn"] <= chart["box"] and not chart["scrolls"] and not chart["cut"], chart
+        assert not single["scaled"] and single["titleLines"] >= 2, single  # redrawn, not shrunk
+        assert concat["scaled"], concat
+        # a wider window: the chart is redrawn at its own size again
+        page.set_viewport_size(VIEWPORT)
+        page.wait_for_function(CHARTS_FITTED_JS, timeout=CHART_TIMEOUT_MS)
+        single, concat = page.evaluate(CHART_FIT_JS)
+        assert single["titleLines"] == 1 and not concat["scaled"], (single, concat)
         assert not record.problems(), record.problems()
 
 

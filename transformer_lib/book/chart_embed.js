@@ -5,16 +5,30 @@
   "use strict";
   var box = document.getElementById(id);
   if (!box) return;
-  // Readable on a dark page: light text and guides, no white card. Marks keep their colours.
+  // Readable on a dark page: light text and guides, no white card. Marks keep their colours. Laid
+  // over the chart's own config (the book's theme sets light-page colours there), so it wins.
+  var GUIDE = {labelColor: "#d5d9de", titleColor: "#e8eaed"};
   var DARK = {
     background: "transparent",
     title: {color: "#e8eaed", subtitleColor: "#c4c8cd"},
     style: {"guide-label": {fill: "#d5d9de"}, "guide-title": {fill: "#e8eaed"}},
-    axis: {domainColor: "#9aa0a6", tickColor: "#9aa0a6", gridColor: "#3c4043"},
-    header: {labelColor: "#d5d9de", titleColor: "#e8eaed"},
+    axis: Object.assign({domainColor: "#9aa0a6", tickColor: "#9aa0a6", gridColor: "#3c4043"}, GUIDE),
+    legend: GUIDE,
+    header: GUIDE,
     text: {color: "#e8eaed"},
     view: {stroke: "#5f6368"}
   };
+  function merged(base, over) {
+    var out = Object.assign({}, base);
+    Object.keys(over).forEach(function (k) {
+      var a = out[k], b = over[k];
+      out[k] = a && b && typeof a === "object" && typeof b === "object" && !Array.isArray(b) ? merged(a, b) : b;
+    });
+    return out;
+  }
+  function forTheme(s, dark) {
+    return dark ? Object.assign({}, s, {config: merged(s.config || {}, DARK)}) : s;
+  }
   function isDark() {
     var theme = document.documentElement.getAttribute("data-theme");  // the book's website
     if (theme === "auto") return !!window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
@@ -73,7 +87,7 @@
     var opts = Object.assign(
       {renderer: "svg", actions: {export: true, source: false, compiled: false, editor: false}},
       embedOptions,
-      dark ? {config: DARK, tooltip: {theme: "dark"}} : {}
+      dark ? {tooltip: {theme: "dark"}} : {}
     );
     if (!live) {
       live = document.createElement("div");
@@ -81,7 +95,7 @@
       box.appendChild(live);
     }
     var room = width ? width - (opts.actions === false ? 0 : ACTIONS_PAD) : 0;  // 0: not laid out (collapsed)
-    var first = wrapTitle(spec, room);
+    var first = wrapTitle(forTheme(spec, dark), room);
     box.classList.remove("tt-altair-scaled");
     return embed(first, opts).then(function () {
       if (!room || !tooWide()) return null;
