@@ -242,10 +242,19 @@ class LabelToggles(SphinxPostTransform):
 
 def _number_captioned_figures(app: Sphinx, doctree: nodes.document) -> None:
     """Give an id to every figure with a caption that has none: Sphinx numbers (``numfig``) only
-    figures with an id, and myst-nb gives one only when the cell's figure metadata has a ``name``."""
+    figures with an id, and myst-nb gives one only when the cell's figure metadata has a ``name``.
+    Its images without a text alternative get the caption's text."""
     for figure in doctree.findall(nodes.figure):
-        if not figure["ids"] and any(isinstance(child, nodes.caption) for child in figure.children):
+        captions = [child for child in figure.children if isinstance(child, nodes.caption)]
+        if not captions:
+            continue
+        if not figure["ids"]:
             doctree.set_id(figure)
+        # A notebook's image output has no text alternative (Sphinx would write its file name): the
+        # caption says what it shows.
+        for image in figure.findall(nodes.image):
+            if not image.get("alt"):
+                image["alt"] = captions[0].astext()
 
 
 def executed_name(docname: str) -> str:

@@ -72,11 +72,16 @@ def test_the_bars_of_hidden_cells_are_relabelled_unless_the_cell_sets_its_own(bo
 def test_every_captioned_figure_gets_an_id_so_that_sphinx_numbers_it(book_site: Any) -> None:
     document = _document()
     named = nodes.figure("", nodes.image(uri="a.png"), nodes.caption("", "Named."), ids=["fig-named"])
+    described = nodes.figure("", nodes.image(uri="c.png", alt="Own words."), nodes.caption("", "Caption."))
     unnamed = nodes.figure("", nodes.raw("", '<div class="tt-altair"></div>', format="html"), nodes.caption("", "A chart."))
     bare = nodes.figure("", nodes.image(uri="b.png"))  # no caption: not a numbered figure
-    document.extend([named, unnamed, bare])
+    document.extend([named, unnamed, bare, described])
     book_site._number_captioned_figures(None, document)
     assert named["ids"] == ["fig-named"] and len(unnamed["ids"]) == 1 and not bare["ids"]
+    # the caption is the image's text alternative, unless it has its own
+    assert next(named.findall(nodes.image))["alt"] == "Named."
+    assert next(described.findall(nodes.image))["alt"] == "Own words."
+    assert "alt" not in next(bare.findall(nodes.image))
 
 
 def test_the_figures_font_is_served_with_the_letters_charts_need(book_site: Any, tmp_path: Path) -> None:
