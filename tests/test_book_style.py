@@ -84,3 +84,47 @@ def test_show_svg_displays_a_scalable_drawing_and_closes_the_figure() -> None:
     assert not plt.fignum_exists(fig.number), "the figure is closed, so plt.show() does not draw it again"
     with pytest.raises(TypeError, match="list"):
         style.show_svg([1, 2])
+
+
+# --- the figure code uses the one palette -------------------------------------------------------------
+
+ALLOWED_SCHEMES = {style.SEQUENTIAL, style.DIVERGING, style.SEQUENTIAL_CMAP, style.DIVERGING_CMAP,
+                   f"{style.SEQUENTIAL_CMAP}_r", f"{style.DIVERGING_CMAP}_r"}
+
+
+def _colour_choices(path: Path) -> list[str]:
+    """Colour schemes and named palette colours a module picks itself: string literals given as
+    ``scheme=``/``cmap=``/``colormap=``, to ``get_cmap(...)``, or matplotlib's ``"tab:..."`` colours."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.keyword) and node.arg in ("scheme", "cmap", "colormap") \
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            if node.value.value not in ALLOWED_SCHEMES:
+                found.append(f"line {node.value.lineno}: {node.arg}={node.value.value!r}")
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "get_cmap" \
+                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value not in ALLOWED_SCHEMES:
+            found.append(f"line {node.lineno}: get_cmap({node.args[0].value!r})")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("tab:"):
+            found.append(f"line {node.lineno}: {node.value!r}")
+    return found
+
+
+FIGURE_MODULES = sorted(p for p in (ROOT / "transformer_lib" / "book").glob("*.py") if p.name != "style.py")
+
+
+@pytest.mark.parametrize("path", FIGURE_MODULES, ids=lambda p: p.name)
+def test_figure_code_takes_its_colours_from_the_one_palette(path: Path) -> None:
+    """One visual system (issue 25): a figure's colours come from transformer_lib.book.style (CATEGORY,
+    SEQUENTIAL/SEQUENTIAL_CMAP, DIVERGING/DIVERGING_CMAP), not a scheme of its own."""
+    found = _colour_choices(path)
+    assert not found, (f"{path.name} picks its own colours: {'; '.join(found)}. Use transformer_lib.book.style "
+                       f"(schemes {sorted(ALLOWED_SCHEMES)}, style.CATEGORY / style.color(i))")
+
+
+def test_the_palette_check_finds_a_scheme_of_its_own(tmp_path: Path) -> None:
+    module = tmp_path / "figure.py"
+    module.write_text('alt.Scale(scheme="viridis")\nax.imshow(x, cmap="Blues")\nax.plot(x, color="tab:red")\n'
+                      'plt.get_cmap("magma")\n', encoding="utf-8")
+    assert sorted(f.split(":")[0] for f in _colour_choices(module)) == ["line 1", "line 3", "line 4"]
