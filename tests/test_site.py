@@ -8,7 +8,8 @@ every page. Each page is loaded in light mode, in dark mode, at a laptop's size 
 
 - the limits of issue 25, on every page (``test_nothing_is_clipped``): at most ``MAX_SCREENS`` screens
   long (12 at 1280x900, 18 at 390x844, in the page's default state: collapsed cells stay collapsed);
-  visible code (cell inputs, ``show_source`` listings, code in the prose) at most ``MAX_CODE_SHARE``
+  everything set as code on show (cell inputs, ``show_source`` listings, code in the prose, printed text
+  outputs) at most ``MAX_CODE_SHARE``
   (20%) of the page at 1280x900; nothing cut at either size or on paper (``CLIPPED_JS``: every code
   block, output, equation, table, chart, image and figure fits its column, or, on screen only, sits in
   a box that scrolls sideways with a visible cue; charts always fit, their text included);
@@ -427,10 +428,12 @@ SETUP_CELLS_JS = """() => Array.from(document.querySelectorAll("div.cell")).filt
 }).map(c => !!c.querySelector(".tt-colab-setup-note"))"""
 
 # How much of a page is code a reader has to scroll past, in its default state (collapsed cells stay
-# collapsed): code cells' visible input, the library listings shown by `show_source` (a highlighted
-# block in an HTML output) and code blocks in the prose; not printed outputs. For comparison, figures
-# and tables. Heights in CSS pixels; the page is the article (the column of text, without the site's
-# header and footer); `screens` is the whole document's height over the window's.
+# collapsed): everything set as code that is on show, i.e. code cells' visible input, the library
+# listings shown by `show_source` (a highlighted block in an HTML output), code blocks in the prose,
+# and the text outputs printed in code boxes (stdout, stderr, plain-text values: what the issue
+# measured as 24-32% of the chapters). For comparison, figures and tables. Heights in CSS pixels; the
+# page is the article (the column of text, without the site's header and footer); `screens` is the
+# whole document's height over the window's.
 CODE_SHARE_JS = """() => {
   const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   // Chromium keeps boxes for what a closed <details> hides (for find-in-page): a collapsed cell is
@@ -441,11 +444,12 @@ CODE_SHARE_JS = """() => {
   const all = selector => Array.from(article.querySelectorAll(selector));
   const input = all(".cell .cell_input");
   const source = all(".cell_output .text_html div.highlight");
+  const text = all(".cell_output .output.stream, .cell_output .output.text_plain, .cell_output .output.traceback, .cell_output .output.stderr");
   const prose = all("div.highlight").filter(e => !e.closest(".cell"));
   return {page: article.getBoundingClientRect().height,
           document: document.documentElement.scrollHeight, window: innerHeight,
-          input: height(input), source: height(source), prose: height(prose),
-          code: height(input.concat(source, prose)),
+          input: height(input), source: height(source), text: height(text), prose: height(prose),
+          code: height(input.concat(source, text, prose)),
           figures: height(all(".cell_output img, .cell_output .tt-altair, .cell_output table, article img"))};
 }"""
 
@@ -484,7 +488,7 @@ CLIPPED_JS = """({paper}) => {
     for (let a = e; a && a !== article.parentElement; a = a.parentElement) if (scrolls(a)) return a;
     return null;
   }
-  const found = [], seen = new Set();
+  const found = [], seen = new Set(), uncued = new Set();
   function add(e, kind, how) {
     seen.add(e);
     const r = e.getBoundingClientRect();
@@ -516,7 +520,10 @@ CLIPPED_JS = """({paper}) => {
       // the box that scrolls: the element itself when its content is what overflows, else an ancestor
       const s = scrolls(e) && overflows(e) && !sticksOut(r) ? e : scroller(e.parentElement);
       if (!s || sticksOut(s.getBoundingClientRect())) add(e, kind, "wider than the column, in no box that scrolls");
-      else if (!cued(s)) add(e, kind, "in a box that scrolls sideways with no visible cue");
+      else if (!cued(s) && !uncued.has(s)) {  // one report per box (a table, its output, the maths in it)
+        uncued.add(s);
+        add(e, kind, "in a box that scrolls sideways with no visible cue");
+      }
     }
   }
   const page = document.documentElement;
@@ -543,8 +550,8 @@ OPEN_COLLAPSED_JS = """() => {
 MIN_FIGURE_SCALE = 0.65
 
 # Code a reader must scroll past, as a share of a page's height at a laptop's width (the input of cells
-# left open, the library listings and the code blocks of the prose): the book is prose, figures and
-# checks first. Machinery and check-only cells are collapsed (`hide-input`). Issue 25.
+# left open, the library listings, the code blocks of the prose and text printed in code boxes): the
+# book is prose, figures and checks first. Machinery and check-only cells are collapsed (`hide-input`). Issue 25.
 MAX_CODE_SHARE = 0.20
 # The longest a page may be, in screens (the document's height over the window's), in its default state:
 # a section a reader finishes in one sitting. Issue 25: 12 screens at 1280x900, 18 at 390x844.
@@ -896,6 +903,7 @@ def test_nothing_is_clipped(browser: Any, site: str, path: str, viewport: str) -
                 "code_input_px": round(share["input"]),
                 "library_source_px": round(share["source"]),
                 "prose_code_px": round(share["prose"]),
+                "text_output_px": round(share["text"]),
                 "figures_px": round(share["figures"]),
                 "code_share": round(share["code_share"], 3),
                 "clipped": clipped,

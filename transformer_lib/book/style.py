@@ -22,7 +22,7 @@ from typing import Any
 
 __all__ = [
     "CATEGORY", "DIVERGING", "DIVERGING_CMAP", "FONT", "FONT_CSS", "HIGHLIGHT", "INK", "MUTED",
-    "SEQUENTIAL", "SEQUENTIAL_CMAP", "THEME", "altair_theme", "apply", "color", "matplotlib_rc",
+    "SECONDARY_INK", "SEQUENTIAL", "SEQUENTIAL_CMAP", "THEME", "altair_theme", "apply", "color", "matplotlib_rc",
     "show_svg",
 ]
 
@@ -49,7 +49,10 @@ INK = "#1a202c"
 """Text and lines of diagrams."""
 
 MUTED = "#718096"
-"""Secondary lines and text: frames, guides, annotations."""
+"""Secondary lines: frames, guides, axis lines (not text: too light for small text on white)."""
+
+SECONDARY_INK = "#4a5568"
+"""Secondary text (subtitles, annotations): 7.5:1 on white, above WCAG AA's 4.5:1."""
 
 HIGHLIGHT = CATEGORY[1]
 """What a figure points at (the part of the architecture a chapter builds)."""
@@ -76,7 +79,7 @@ def altair_theme() -> dict[str, Any]:
         "config": {
             "font": FONT_CSS,
             "title": {"font": FONT_CSS, "fontSize": TITLE_PX, "fontWeight": "bold", "anchor": "start", "color": INK,
-                      "subtitleFont": FONT_CSS, "subtitleFontSize": LABEL_PX, "subtitleColor": MUTED},
+                      "subtitleFont": FONT_CSS, "subtitleFontSize": LABEL_PX, "subtitleColor": SECONDARY_INK},
             "axis": axis,
             "legend": {"labelFont": FONT_CSS, "titleFont": FONT_CSS, "labelFontSize": LABEL_PX,
                        "titleFontSize": LABEL_PX, "titleFontWeight": "normal", "labelColor": INK, "titleColor": INK},
