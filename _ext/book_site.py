@@ -198,10 +198,10 @@ DEFAULT_LABELS = {"source": "the code", "output": "the output", "content": "the 
 def toggle_label(tags: list[str], hides: str) -> str:
     """What a hidden cell's bar calls what it hides: ``hides`` is ``"source"`` (hide-input),
     ``"output"`` (hide-output) or ``"content"`` (hide-cell)."""
-    if hides != "output":
-        for tag, label in TOGGLE_LABELS:
-            if tag in tags:
-                return label
+    for tag, label in TOGGLE_LABELS:
+        if tag in tags:
+            # a cell with both hide-input and hide-output has two bars: "the check", "the check's output"
+            return f"{label}'s output" if hides == "output" else label
     return DEFAULT_LABELS[hides]
 
 

@@ -38,7 +38,8 @@ def _document() -> nodes.document:
         (["hide-input", "plot"], "source", "the plotting code"),
         (["hide-input"], "source", "the code"),
         (["hide-cell"], "content", "the code and its output"),
-        (["hide-output", "check"], "output", "the output"),
+        (["hide-output"], "output", "the output"),
+        (["hide-input", "hide-output", "solution"], "output", "the solution's output"),
     ],
 )
 def test_a_toggle_says_what_it_hides(book_site: Any, tags: list[str], hides: str, label: str) -> None:
