@@ -290,7 +290,24 @@ def _copy_executed_notebooks(app: Sphinx, exception: Exception | None) -> None:
             shutil.copyfile(notebook, target)
 
 
+SECTIONS_EXTENSION = Path(__file__).resolve().parent.parent / "book" / "_ext" / "book_sections.py"
+
+
+def _load_sections_extension(app: Sphinx) -> None:
+    """Load the chapters' own extension (``book/_ext/book_sections.py``: reading and running times on
+    the landing pages) when the book has it. Loaded from here rather than named in ``_config.yml``, so
+    that the site builds the same before and after the chapters' branch brings it."""
+    import sys
+
+    if SECTIONS_EXTENSION.is_file():
+        folder = str(SECTIONS_EXTENSION.parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        app.setup_extension(SECTIONS_EXTENSION.stem)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    _load_sections_extension(app)
     app.connect("builder-inited", _on_builder_inited)
     app.connect("html-page-context", _on_html_page_context)
     # After sphinx-book-theme has made the header buttons (its handlers run at priority 501).

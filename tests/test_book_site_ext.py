@@ -98,3 +98,20 @@ def test_the_figures_font_is_served_with_the_letters_charts_need(book_site: Any,
     css = (ROOT / "_static" / "site.css").read_text(encoding="utf-8")
     assert all(f"fonts/{p.name}" in css for p in written)
     assert written[0].stat().st_size < 150_000, "a subset, not the whole font"
+
+
+def test_the_chapters_extension_is_loaded_when_the_book_has_it(book_site: Any, tmp_path: Path, monkeypatch) -> None:
+    class App:
+        def __init__(self) -> None:
+            self.loaded: list[str] = []
+
+        def setup_extension(self, name: str) -> None:
+            self.loaded.append(name)
+
+    monkeypatch.setattr(book_site, "SECTIONS_EXTENSION", tmp_path / "book_sections.py")
+    app = App()
+    book_site._load_sections_extension(app)
+    assert app.loaded == []  # not there (yet): the site builds without it
+    (tmp_path / "book_sections.py").write_text("def setup(app):\n    return {}\n", encoding="utf-8")
+    book_site._load_sections_extension(app)
+    assert app.loaded == ["book_sections"]
