@@ -39,7 +39,7 @@
     if (!area) return 0;
     // Read every box first, then write: a write between reads would lay the page out again.
     const changes = [];
-    for (const el of area.querySelectorAll("*")) {
+    for (const el of area.querySelectorAll(":not(svg):not(svg *):not(mjx-container *)")) {  // not inside drawings
       if (el.scrollWidth > el.clientWidth + 1 || el.hasAttribute("data-tt-scroll")) changes.push([el, state(el)]);
     }
     changes.forEach(function (c) { apply(c[0], c[1]); });

@@ -1131,6 +1131,53 @@ def test_renderer_keeps_the_static_image_where_the_chart_library_cannot_load(bro
         assert not record.problems(), record.problems()
 
 
+# --- the site's own scripts on their own (run whatever pages exist) ---------------------------------
+
+
+def _static_page(folder: Path, body: str) -> None:
+    for name in ("site.css", "scroll-cue.js", "print-fit.js"):
+        shutil.copy(ROOT / "_static" / name, folder / name)
+    (folder / "page.html").write_text(
+        '<!doctype html><html data-theme="light"><head><meta charset="utf-8"><link rel="stylesheet" href="site.css">'
+        '<script src="scroll-cue.js"></script><script src="print-fit.js"></script></head>'
+        f'<body style="margin: 16px"><div class="bd-content"><article class="bd-article">{body}</article></div></body></html>',
+        encoding="utf-8",
+    )
+
+
+SCROLL_STATE_JS = """() => Array.from(document.querySelectorAll("[id]")).map(e => ({id: e.id,
+  scroll: e.getAttribute("data-tt-scroll"), mask: getComputedStyle(e).maskImage || getComputedStyle(e).webkitMaskImage,
+  size: parseFloat(getComputedStyle(e).fontSize), wraps: e.classList.contains("tt-print-wrap"),
+  over: e.scrollWidth > e.clientWidth + 1}))"""
+
+
+def test_a_box_that_scrolls_sideways_shows_a_cue_and_print_fits_it_to_the_page(browser: Any, tmp_path: Path) -> None:
+    line = "x = 1  # " + "a long line " * 12
+    diagram = "source --> tokens --> ids --> batches --> model --> loss --> optimizer --> checkpoint"
+    _static_page(tmp_path, f'<div class="highlight"><pre id="long">{line}</pre></div>'
+                           f'<div class="highlight"><pre id="short">y = 2</pre></div>'
+                           f'<div class="highlight"><pre id="diagram">{diagram}</pre></div>'
+                           f'<div class="highlight"><pre id="huge">{"z" * 400}</pre></div>')
+    with serve(tmp_path) as base, visit(browser, base, viewport=LAYOUT_VIEWPORTS["phone"]) as (page, record):
+        page.goto(base + "page.html")
+        page.wait_for_function("() => document.getElementById('long').hasAttribute('data-tt-scroll')")
+        state = {e["id"]: e for e in page.evaluate(SCROLL_STATE_JS)}
+        assert state["long"]["scroll"] == "start" and state["long"]["mask"] != "none", state["long"]
+        assert state["short"]["scroll"] is None and state["short"]["mask"] == "none"
+        # scrolled to its end, the cue moves to the other edge
+        page.evaluate("() => { const e = document.getElementById('long'); e.scrollLeft = e.scrollWidth; }")
+        page.wait_for_function("() => document.getElementById('long').getAttribute('data-tt-scroll') === 'end'")
+        # printed: no cue; a line a little too long is set smaller, a very long one wraps; nothing is wider
+        page.emulate_media(media="print")
+        page.wait_for_function("() => document.getElementById('huge').classList.contains('tt-print-wrap')")
+        printed = {e["id"]: e for e in page.evaluate(SCROLL_STATE_JS)}
+        assert printed["diagram"]["size"] < state["diagram"]["size"] and not printed["diagram"]["wraps"], printed
+        assert not [e for e in printed.values() if e["over"]], printed
+        page.emulate_media(media="screen")
+        page.wait_for_function("() => !document.getElementById('huge').classList.contains('tt-print-wrap')")
+        assert not record.problems(), record.problems()
+
+
 # --- `python tests/test_site.py`: what the last run saw, page by page -----------------------------
 
 
