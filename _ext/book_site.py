@@ -1,15 +1,21 @@
 """Sphinx extension for the book's website: chart JavaScript served by the site, labelled set-up cells.
 
-Loaded from ``_config.yml`` (``sphinx.local_extensions``). It does three things (and works around one
+Loaded from ``_config.yml`` (``sphinx.local_extensions``). What it does (and it works around one
 Sphinx bug, see ``_drop_repeated_inline_scripts``):
 
 1. Serves vega-embed (with vega and vega-lite) from the site, so charts need no CDN. The bundle is
    made at build time by vl-convert (``vl_convert.javascript_bundle``), matched to altair's
    Vega-Lite version, cached under ``_build/.site_assets``, and added (deferred) to the pages that
    have a chart, i.e. an output of the renderer of ``transformer_lib.book.charts`` (``<div class="tt-altair">``).
-2. Labels the Colab set-up cell (the code cell that ``%pip install``-s transformer_lib from the
+2. Serves the figures' font (DejaVu Sans, from matplotlib's own copy; a subset as a web font), so
+   live charts are set in the letters of the matplotlib figures (``transformer_lib.book.style``).
+3. Labels the Colab set-up cell (the code cell that ``%pip install``-s transformer_lib from the
    repository; every chapter opens with the same one): a note above it says what it is, so readers of
    the website know why a chapter starts with an install. Chapters need no tag or metadata for this.
+4. Makes hidden cells' bars say what they hide (``TOGGLE_LABELS``: "Show the check", "Show the
+   solution", "Show the code"), from the cell's tags; a cell's own ``mystnb.code_prompt_show`` wins.
+5. Numbers every figure that has a caption (myst-nb's ``mystnb.figure`` cell metadata; altair charts
+   included), also one without a ``name``: it gets an id, which Sphinx's ``numfig`` needs.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 
 from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -61,11 +68,49 @@ def write_vega_bundle(folder: Path) -> Path:
     return bundle
 
 
+# The figures' font: what the charts' text needs (Latin with accents, Greek, punctuation, arrows,
+# mathematical operators, subscripts), not all of DejaVu Sans' 6,000 glyphs.
+FONT_RANGES = [(0x20, 0x24F), (0x370, 0x3FF), (0x2000, 0x206F), (0x2070, 0x209F), (0x20A0, 0x20CF),
+               (0x2100, 0x214F), (0x2190, 0x21FF), (0x2200, 0x22FF), (0x2500, 0x257F), (0x25A0, 0x25FF)]
+FONTS = {"DejaVuSans.ttf": "dejavu-sans.woff", "DejaVuSans-Bold.ttf": "dejavu-sans-bold.woff"}
+
+
+def write_fonts(folder: Path) -> list[Path]:
+    """Write the subset web fonts into ``folder/fonts`` (kept while their source is unchanged)."""
+    import matplotlib
+    from fontTools import subset
+
+    source_folder = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+    written = []
+    for source_name, target_name in FONTS.items():
+        source = source_folder / source_name
+        target = folder / "fonts" / target_name
+        written.append(target)
+        if target.exists() and target.stat().st_mtime >= source.stat().st_mtime:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        options = subset.Options()
+        options.flavor = "woff"
+        options.layout_features = ["*"]
+        options.name_IDs = ["*"]
+        options.hinting = False  # screens of today render without it; a third of the size
+        options.drop_tables += ["FFTM"]  # FontForge's timestamps
+        font = subset.load_font(str(source), options)
+        subsetter = subset.Subsetter(options)
+        subsetter.populate(unicodes=[c for start, end in FONT_RANGES for c in range(start, end + 1)])
+        subsetter.subset(font)
+        partial = target.with_suffix(f".{os.getpid()}.partial")
+        subset.save_font(font, str(partial), options)
+        partial.replace(target)
+    return written
+
+
 def _on_builder_inited(app: Sphinx) -> None:
     if app.builder.format != "html":
         return
     folder = Path(app.outdir).parent / ".site_assets"
     write_vega_bundle(folder)
+    write_fonts(folder)
     app.config.html_static_path.append(str(folder))
 
 
@@ -137,6 +182,81 @@ def _on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> 
             cell.insert(0, _setup_note())
 
 
+# --- toggles that say what they hide ----------------------------------------------------------------
+
+# (tag, what it hides): the first tag of a cell found here names what its bar shows and hides.
+TOGGLE_LABELS = [
+    ("solution", "the solution"),
+    ("check", "the check"),
+    ("setup", "the set-up"),
+    ("plot", "the plotting code"),
+]
+# Without such a tag, by what the bar hides (myst-nb's hide-input, hide-output, hide-cell).
+DEFAULT_LABELS = {"source": "the code", "output": "the output", "content": "the code and its output"}
+
+
+def toggle_label(tags: list[str], hides: str) -> str:
+    """What a hidden cell's bar calls what it hides: ``hides`` is ``"source"`` (hide-input),
+    ``"output"`` (hide-output) or ``"content"`` (hide-cell)."""
+    for tag, label in TOGGLE_LABELS:
+        if tag in tags:
+            # a cell with both hide-input and hide-output has two bars: "the check", "the check's output"
+            return f"{label}'s output" if hides == "output" else label
+    return DEFAULT_LABELS[hides]
+
+
+class LabelToggles(SphinxPostTransform):
+    """After myst-nb has wrapped hidden cells in their bars (its ``HideInputCells``, priority 199),
+    give each bar a label that says what it hides, unless the cell sets its own."""
+
+    default_priority = 205
+    formats = ("html",)
+
+    def run(self, **kwargs: Any) -> None:
+        from myst_nb.sphinx_ import HideCodeCellNode
+
+        # (Walked from the cells down: myst-nb sets a hide-cell bar's children without its parent.)
+        for cell in list(self.document.findall(nodes.container)):
+            if cell.get("nb_element") != "cell_code":
+                continue
+            metadata = cell.get("cell_metadata") or {}
+            own = metadata.get("mystnb", {}) if isinstance(metadata.get("mystnb"), dict) else {}
+            if "code_prompt_show" in own or "code_prompt_hide" in own:
+                continue
+            for bar in cell.children:
+                if isinstance(bar, HideCodeCellNode):
+                    self._label(bar, list(metadata.get("tags", [])))
+
+    @staticmethod
+    def _label(bar: nodes.Element, tags: list[str]) -> None:
+        parts = {child.get("nb_element") for child in bar.children}
+        hides = "content" if {"cell_code_source", "cell_code_output"} <= parts else (
+            "source" if "cell_code_source" in parts else "output")
+        label = toggle_label(tags, hides)
+        bar["prompt_show"], bar["prompt_hide"] = f"Show {label}", f"Hide {label}"
+        bar["classes"].append(f"tt-hides-{label.split()[-1]}")
+
+
+# --- numbered figures ----------------------------------------------------------------------------------
+
+
+def _number_captioned_figures(app: Sphinx, doctree: nodes.document) -> None:
+    """Give an id to every figure with a caption that has none: Sphinx numbers (``numfig``) only
+    figures with an id, and myst-nb gives one only when the cell's figure metadata has a ``name``.
+    Its images without a text alternative get the caption's text."""
+    for figure in doctree.findall(nodes.figure):
+        captions = [child for child in figure.children if isinstance(child, nodes.caption)]
+        if not captions:
+            continue
+        if not figure["ids"]:
+            doctree.set_id(figure)
+        # A notebook's image output has no text alternative (Sphinx would write its file name): the
+        # caption says what it shows.
+        for image in figure.findall(nodes.image):
+            if not image.get("alt"):
+                image["alt"] = captions[0].astext()
+
+
 def executed_name(docname: str) -> str:
     """Where the executed notebook of ``docname`` lies in the site (a path relative to its root)."""
     return f"{EXECUTED_FOLDER}/{docname}{EXECUTED_SUFFIX}"
@@ -170,13 +290,32 @@ def _copy_executed_notebooks(app: Sphinx, exception: Exception | None) -> None:
             shutil.copyfile(notebook, target)
 
 
+SECTIONS_EXTENSION = Path(__file__).resolve().parent.parent / "book" / "_ext" / "book_sections.py"
+
+
+def _load_sections_extension(app: Sphinx) -> None:
+    """Load the chapters' own extension (``book/_ext/book_sections.py``: reading and running times on
+    the landing pages) when the book has it. Loaded from here rather than named in ``_config.yml``, so
+    that the site builds the same before and after the chapters' branch brings it."""
+    import sys
+
+    if SECTIONS_EXTENSION.is_file():
+        folder = str(SECTIONS_EXTENSION.parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        app.setup_extension(SECTIONS_EXTENSION.stem)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    _load_sections_extension(app)
     app.connect("builder-inited", _on_builder_inited)
     app.connect("html-page-context", _on_html_page_context)
     # After sphinx-book-theme has made the header buttons (its handlers run at priority 501).
     app.connect("html-page-context", _add_executed_download, priority=502)
     app.connect("build-finished", _copy_executed_notebooks)
     app.connect("doctree-resolved", _on_doctree_resolved)
+    app.connect("doctree-read", _number_captioned_figures)
+    app.add_post_transform(LabelToggles)
     # A new env_version makes Sphinx rebuild every page: editing this file then shows on all of them.
     env_version = int(hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:8], 16)
     return {"version": "1.0", "env_version": env_version, "parallel_read_safe": True, "parallel_write_safe": True}

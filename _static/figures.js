@@ -3,11 +3,12 @@
 // under ~9 px. So on a phone a figure is shown no smaller than 65% of its drawn width; what does not
 // fit in the column scrolls sideways inside the cell's output box (site.css), and pinch-zoom still
 // works. On a laptop every figure fits already (the browser test checks it); in print the rule is off
-// (site.css) and figures shrink to the page.
+// (site.css) and figures shrink to the page. SVG drawings (transformer_lib.book.style.show_svg) are
+// left out: a vector drawing shrinks to the column and the reader zooms in without blur.
 (function () {
   "use strict";
   const MIN_SCALE = 0.65;
-  const FIGURES = ".bd-content div.cell_output img:not(.tt-altair-static)";
+  const FIGURES = '.bd-content div.cell_output img:not(.tt-altair-static):not([src$=".svg"])';
 
   function keepReadable(img) {
     if (img.naturalWidth > 0) img.style.minWidth = Math.ceil(MIN_SCALE * img.naturalWidth) + "px";

@@ -23,7 +23,8 @@ from transformer_lib.book.source import show_source, source_text
 from library_names import resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = sorted((ROOT / "book").glob("0*.ipynb"))
+# Every notebook of the book: a chapter's sections live in its folder (book/01_attention/*.ipynb).
+CHAPTERS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 RENDERED_LINE_LIMIT = 40
 """The most lines one ``show_source`` may put on a page: about a screen, and what the Annotated
@@ -74,7 +75,7 @@ def test_source_text_drops_docstrings_and_keeps_comments() -> None:
 )
 def test_rendered_code_is_the_live_code_less_its_docstrings(dotted: str) -> None:
     obj = resolve(dotted)
-    with_docs, without = source_text(obj, docstring=True), source_text(obj)
+    with_docs, without = source_text(obj, docstring=True, validation=True), source_text(obj, validation=True)
     assert with_docs == textwrap.dedent(inspect.getsource(obj))  # rendered from the live object
     assert len(without.splitlines()) < len(with_docs.splitlines())  # every one of these has a docstring
     assert _code_only(ast.parse(without)) == _code_only(ast.parse(with_docs))  # the same program
@@ -86,8 +87,136 @@ def test_show_source_returns_highlighted_code_and_refuses_other_packages() -> No
     shown = show_source(causal_mask)
     assert shown.data == source_text(causal_mask) and "def causal_mask(" in shown.data
     assert show_source(causal_mask, docstring=True).data == source_text(causal_mask, docstring=True)
+    assert show_source(causal_mask, validation=True).data == source_text(causal_mask, validation=True)
     with pytest.raises(ValueError, match="transformer_lib code"):
         show_source(json.dumps)
+
+
+# --- argument checks are elided by default ----------------------------------------------------------
+
+
+def _checked_example() -> str:
+    return '''\
+class Layer:
+    def __init__(self, width, heads, rate=0.1):
+        super().__init__()
+        # the sizes must agree
+        if width % heads:
+            message = f"width={width} is not a multiple of heads={heads}"
+            raise ValueError(message)
+        if not 0 <= rate < 1:
+            raise ValueError(f"rate must be in [0, 1), got {rate}")
+        elif rate > 0.5:
+            raise ValueError(f"rate {rate} is too high")
+        self.width = width
+
+    def forward(self, x, mask=None):
+        self._check_input(x)
+        assert x.dim() == 3, x.shape
+        for name, t in (("x", x), ("mask", mask)):
+            if t is not None and t.dim() != 3:
+                raise ValueError(f"{name} must have 3 dimensions")
+        if mask is not None:
+            validate_mask(mask)
+            x = x.masked_fill(~mask, 0.0)  # a computation: this if stays
+        if x.numel() == 0:
+            return x  # not a check: returns
+        if x.dtype == 1:
+            raise TypeError("no")
+        else:
+            x = x.float()  # the else computes: this if stays
+        return self.width * x
+
+    @staticmethod
+    def _check_input(x):
+        if x is None:
+            raise ValueError("x is None")
+
+    def raising(self):
+        raise NotImplementedError  # the body: not a check of arguments
+'''
+
+
+def _elided(code: str) -> str:
+    from transformer_lib.book import source
+
+    return source._without_checks(code)
+
+
+def test_checks_of_the_arguments_become_one_marked_line_per_run() -> None:
+    from transformer_lib.book.source import ELISION
+
+    code = _elided(_checked_example())
+    ast.parse(code)  # still Python
+    lines = code.splitlines()
+    # __init__: the comment above the checks, the if/raise with its message, the if/elif/raise: one line
+    init = lines[lines.index("    def __init__(self, width, heads, rate=0.1):"):lines.index("    def forward(self, x, mask=None):")]
+    assert init == ["    def __init__(self, width, heads, rate=0.1):", "        super().__init__()",
+                    f"        {ELISION}", "        self.width = width", ""]
+    forward = lines[lines.index("    def forward(self, x, mask=None):"):lines.index("    @staticmethod")]
+    # a checker call, an assert and a loop of checks in a row: one line
+    assert forward[1] == f"        {ELISION}" and forward[2] == "        if mask is not None:"
+    # inside a block that also computes, the check goes and the computation stays
+    assert forward[3] == f"            {ELISION}" and "masked_fill" in forward[4]
+    assert "return x  # not a check: returns" in code and 'raise TypeError("no")' in code
+    # a checker whose whole body is a check keeps a body
+    checker = lines[lines.index("    def _check_input(x):"):]
+    assert checker[1:3] == [f"        {ELISION}", "        ..."]
+    assert "raise NotImplementedError" in code
+    assert code.count(ELISION) == 4
+    for gone in ("is not a multiple", "too high", "must have 3 dimensions", "assert ", "the sizes must agree",
+                 "self._check_input(x)", "validate_mask"):
+        assert gone not in code, gone
+
+
+def test_validation_true_shows_every_check_and_the_default_hides_them() -> None:
+    from transformer_lib.attention import MultiHeadAttention
+    from transformer_lib.book.source import ELISION
+
+    full = source_text(MultiHeadAttention.forward, validation=True)
+    short = source_text(MultiHeadAttention.forward)
+    assert ELISION not in full and ELISION in short
+    assert "self.check_inputs(" in full and "check_inputs" not in short
+    assert show_source(MultiHeadAttention.forward).data == short
+
+
+@pytest.mark.parametrize(
+    "dotted",
+    ["transformer_lib.attention.MultiHeadAttention", "transformer_lib.attention.softmax_attention",
+     "transformer_lib.masking", "transformer_lib.decoding", "transformer_lib.training", "transformer_lib.model"],
+)
+def test_eliding_checks_removes_only_checks(dotted: str) -> None:
+    """The listing without checks is still Python, and every statement it drops is a check: the
+    program with its checks removed from the syntax tree is the same as the listing's program."""
+    from transformer_lib.book.source import is_check
+
+    obj = resolve(dotted)
+    full, short = source_text(obj, validation=True), source_text(obj)
+    short_tree = ast.parse(short)
+
+    class DropChecks(ast.NodeTransformer):  # top-down: a check is dropped whole, its insides unseen
+        def generic_visit(self, node: ast.AST) -> ast.AST:
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(node, name, None)
+                if isinstance(block, list) and block and isinstance(block[0], ast.stmt) and not isinstance(node, ast.Module):
+                    kept = [s for s in block if not is_check(s)]
+                    setattr(node, name, kept or [ast.Expr(ast.Constant(Ellipsis))])
+            return super().generic_visit(node)
+
+    expected = DropChecks().visit(ast.parse(full))
+    assert ast.dump(expected) == ast.dump(short_tree)
+
+
+def test_a_listing_is_html_in_the_sites_own_colours_and_marks_the_elision() -> None:
+    from transformer_lib.attention import MultiHeadAttention
+
+    listing = show_source(MultiHeadAttention.forward)
+    page = listing._repr_html_()
+    assert 'class="tt-source' in page and '<div class="highlight"><pre>' in page
+    assert 'class="c1 tt-elided"' in page  # the elision stands out (site.css)
+    # its own colours apply only off the website (no data-theme on <html>), never in dark mode
+    assert all(rule.strip().startswith("html:not([data-theme])") for rule in re.findall(r"([^{}]+)\{", page.split("</style>")[0].split("<style>")[1]))
+    assert repr(listing) == listing.data
 
 
 def _code_only(tree: ast.AST) -> str:
@@ -144,13 +273,13 @@ def rendered_sources(path: Path) -> list[tuple[str, str, str]]:
             if name != "show_source":
                 continue
             expression = ast.unparse(node.args[0])
-            keep = any(k.arg == "docstring" and ast.literal_eval(k.value) for k in node.keywords)
+            options = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg in ("docstring", "validation")}
             obj = eval(compile(ast.Expression(node.args[0]), path.name, "eval"), {}, dict(namespace))  # noqa: S307 - names and attributes only
-            rendered.append((expression, source_text(obj, docstring=True), source_text(obj, docstring=keep)))
+            rendered.append((expression, source_text(obj, docstring=True, validation=True), source_text(obj, **options)))
     return rendered
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.relative_to(ROOT / "book").as_posix())
 def test_no_chapter_renders_more_library_source_than_a_screen(path: Path) -> None:
     shown = rendered_sources(path)
     too_long = [f"{expression} ({len(text.splitlines())} lines)" for expression, _, text in shown
@@ -161,9 +290,16 @@ def test_no_chapter_renders_more_library_source_than_a_screen(path: Path) -> Non
     )
 
 
+def _chapter(path: Path) -> str:
+    """``book/01_attention/02_heads.ipynb`` and ``book/01_attention.ipynb`` -> ``01_attention``."""
+    return path.relative_to(ROOT / "book").parts[0].removesuffix(".ipynb")
+
+
 def test_the_budget_test_finds_the_chapters_calls() -> None:
-    found = {path.name: len(rendered_sources(path)) for path in CHAPTERS}
-    assert all(found.values()), f"a chapter with no show_source call: {found}"
+    found: dict[str, int] = {}
+    for path in CHAPTERS:
+        found[_chapter(path)] = found.get(_chapter(path), 0) + len(rendered_sources(path))
+    assert found and all(found.values()), f"a chapter with no show_source call: {found}"
 
 
 def rendered_line_table() -> list[tuple[str, int, int, int]]:
@@ -171,14 +307,14 @@ def rendered_line_table() -> list[tuple[str, int, int, int]]:
     rows = []
     for path in CHAPTERS:
         shown = rendered_sources(path)
-        rows.append((path.stem, len(shown), sum(len(d.splitlines()) for _, d, _ in shown),
+        rows.append((path.relative_to(ROOT / "book").with_suffix("").as_posix(), len(shown), sum(len(d.splitlines()) for _, d, _ in shown),
                      sum(len(t.splitlines()) for _, _, t in shown)))
     return rows
 
 
 if __name__ == "__main__":  # python tests/test_book_source.py: the per-chapter table
     total = [0, 0, 0]
-    print("| chapter | show_source calls | lines with docstrings | lines as shown |\n|---|---:|---:|---:|")
+    print("| notebook | show_source calls | lines with docstrings and checks | lines as shown |\n|---|---:|---:|---:|")
     for chapter, calls, before, after in rendered_line_table():
         print(f"| {chapter} | {calls} | {before} | {after} |")
         total = [total[0] + calls, total[1] + before, total[2] + after]

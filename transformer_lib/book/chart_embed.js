@@ -5,43 +5,109 @@
   "use strict";
   var box = document.getElementById(id);
   if (!box) return;
-  // Readable on a dark page: light text and guides, no white card. Marks keep their colours.
+  // Readable on a dark page: light text and guides, no white card. Marks keep their colours. Laid
+  // over the chart's own config (the book's theme sets light-page colours there), so it wins.
+  var GUIDE = {labelColor: "#d5d9de", titleColor: "#e8eaed"};
   var DARK = {
     background: "transparent",
     title: {color: "#e8eaed", subtitleColor: "#c4c8cd"},
     style: {"guide-label": {fill: "#d5d9de"}, "guide-title": {fill: "#e8eaed"}},
-    axis: {domainColor: "#9aa0a6", tickColor: "#9aa0a6", gridColor: "#3c4043"},
-    header: {labelColor: "#d5d9de", titleColor: "#e8eaed"},
+    axis: Object.assign({domainColor: "#9aa0a6", tickColor: "#9aa0a6", gridColor: "#3c4043"}, GUIDE),
+    legend: GUIDE,
+    header: GUIDE,
     text: {color: "#e8eaed"},
     view: {stroke: "#5f6368"}
   };
+  function merged(base, over) {
+    var out = Object.assign({}, base);
+    Object.keys(over).forEach(function (k) {
+      var a = out[k], b = over[k];
+      out[k] = a && b && typeof a === "object" && typeof b === "object" && !Array.isArray(b) ? merged(a, b) : b;
+    });
+    return out;
+  }
+  function forTheme(s, dark) {
+    return dark ? Object.assign({}, s, {config: merged(s.config || {}, DARK)}) : s;
+  }
   function isDark() {
     var theme = document.documentElement.getAttribute("data-theme");  // the book's website
     if (theme === "auto") return !!window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
     if (theme) return theme === "dark";
     return !!document.body && document.body.getAttribute("data-jp-theme-light") === "false";  // JupyterLab
   }
-  var live = null, view = null, shown = null;
-  function draw() {
-    var dark = isDark();
-    if (dark === shown) return null;
+  // A chart fits its column: on a narrow screen a single view is redrawn narrower (its title wrapped
+  // onto lines, its legend below), and a chart that still does not fit (a concatenation, a facet) is
+  // scaled down to the column. "data-tt-room" records the width it was fitted to.
+  var ACTIONS_PAD = 38;  // vega-embed's padding for its "..." menu
+  function single(s) {
+    return !(s.facet || s.concat || s.hconcat || s.vconcat || s.repeat) && !!(s.mark || s.layer);
+  }
+  function titleFont(s, obj) {
+    var t = (s.config && s.config.title) || {};
+    return "bold " + ((obj && obj.fontSize) || t.fontSize || 13) + "px " + ((obj && obj.font) || t.font || "sans-serif");
+  }
+  function wrapTitle(s, room) {
+    var obj = s.title && typeof s.title === "object" && !Array.isArray(s.title) ? s.title : null;
+    var text = obj ? obj.text : s.title;
+    if (typeof text !== "string" || !room) return s;
+    var ctx = document.createElement("canvas").getContext("2d");
+    ctx.font = titleFont(s, obj);
+    if (ctx.measureText(text).width <= room) return s;
+    var lines = [], line = "";
+    text.split(" ").forEach(function (word) {
+      var next = line ? line + " " + word : word;
+      if (line && ctx.measureText(next).width > room) { lines.push(line); line = word; } else { line = next; }
+    });
+    lines.push(line);
+    var copy = Object.assign({}, s);
+    copy.title = obj ? Object.assign({}, obj, {text: lines}) : lines;
+    return copy;
+  }
+  function narrowed(s, room) {
+    var copy = Object.assign({}, s, {width: Math.max(room, 120), autosize: {type: "fit-x", contains: "padding"}});
+    var config = Object.assign({}, s.config);
+    config.legend = Object.assign({orient: "bottom"}, config.legend);
+    copy.config = config;
+    return copy;
+  }
+  var live = null, view = null, shown = null, fitted = null;
+  function tooWide() {
+    return live.scrollWidth > box.clientWidth + 1;
+  }
+  function embed(s, opts) {
+    if (view) view.finalize();
+    return window.vegaEmbed(live, s, opts).then(function (result) {
+      view = result.view;
+      box.ttView = view;  // for tests and the curious: the live Vega view
+    });
+  }
+  function draw(force) {
+    var dark = isDark(), width = box.clientWidth;
+    if (dark === shown && (!force || width === fitted)) return null;
     var opts = Object.assign(
       {renderer: "svg", actions: {export: true, source: false, compiled: false, editor: false}},
       embedOptions,
-      dark ? {config: DARK, tooltip: {theme: "dark"}} : {}
+      dark ? {tooltip: {theme: "dark"}} : {}
     );
     if (!live) {
       live = document.createElement("div");
       live.className = "tt-altair-live";
       box.appendChild(live);
     }
-    if (view) view.finalize();
-    return window.vegaEmbed(live, spec, opts).then(function (result) {
-      view = result.view;
+    var room = width ? width - (opts.actions === false ? 0 : ACTIONS_PAD) : 0;  // 0: not laid out (collapsed)
+    var first = wrapTitle(forTheme(spec, dark), room);
+    box.classList.remove("tt-altair-scaled");
+    return embed(first, opts).then(function () {
+      if (!room || !tooWide()) return null;
+      return (single(spec) ? embed(narrowed(first, room), opts) : Promise.resolve()).then(function () {
+        if (tooWide()) box.classList.add("tt-altair-scaled");  // site.css scales the drawing to the column
+      });
+    }).then(function () {
       shown = dark;
-      box.ttView = view;  // for tests and the curious: the live Vega view
+      fitted = width;
       var still = box.querySelector(".tt-altair-static");
       if (still) still.remove();
+      box.setAttribute("data-tt-room", String(width));
       box.setAttribute("data-tt-status", "rendered");
       box.setAttribute("data-tt-theme", dark ? "dark" : "light");
     });
@@ -51,10 +117,24 @@
     console.error("transformer_lib.book.charts: chart " + id + " could not be drawn:", err);
   }
   function start() {
-    var queue = Promise.resolve().then(draw).catch(fail);
+    // The chart's font (the book's web font) first, so Vega measures its labels in it.
+    var fonts = document.fonts && spec.config && spec.config.font
+      ? Promise.race([document.fonts.load("12px " + spec.config.font), new Promise(function (r) { setTimeout(r, 3000); })])
+          .catch(function () {})
+      : Promise.resolve();
+    var queue = fonts.then(function () { return draw(false); }).catch(fail);
+    function redraw(force) { queue = queue.then(function () { return draw(force); }).catch(fail); }
     if (window.MutationObserver) {
-      new MutationObserver(function () { queue = queue.then(draw).catch(fail); })
+      new MutationObserver(function () { redraw(false); })
         .observe(document.documentElement, {attributes: true, attributeFilter: ["data-theme"]});
+    }
+    if (window.ResizeObserver) {  // a turned phone, a collapsed output opened
+      var timer = null;
+      new ResizeObserver(function () {
+        if (box.clientWidth === fitted) return;
+        clearTimeout(timer);
+        timer = setTimeout(function () { redraw(true); }, 100);
+      }).observe(box);
     }
   }
   function loadScript(src) {

@@ -13,7 +13,12 @@ Each chart's output carries:
   as altair does (Jupyter, Colab, VS Code).
 - the Vega-Lite JSON under the Vega-Lite mimetype, for front ends that draw that natively.
 
-The interactive chart follows the website's light/dark switch (and JupyterLab's dark theme).
+The interactive chart follows the website's light/dark switch (and JupyterLab's dark theme), and
+fits its column: on a narrow screen a single view is redrawn narrower (title wrapped, legend below),
+and a composite chart is scaled down to the column.
+
+:func:`enable_charts` also applies the book's one look (:func:`transformer_lib.book.style.apply`: the
+palette and font of altair and matplotlib figures alike).
 """
 
 from __future__ import annotations
@@ -114,13 +119,18 @@ def chart_mimebundle(spec: dict, **metadata: Any) -> dict[str, Any]:
 
 
 def enable_charts(**embed_options: Any) -> None:
-    """Register the book's renderer with altair and make it the active one.
+    """Register the book's renderer with altair and make it the active one, and apply the book's look.
 
-    Each chapter calls this once in its set-up; calling it again is harmless.
+    Each chapter calls this once in its set-up; calling it again is harmless. Besides the renderer it
+    applies :func:`transformer_lib.book.style.apply` (one palette and font for altair and matplotlib,
+    pandas never truncating a table).
 
     Args:
         **embed_options: passed to vega-embed for every chart (e.g. ``actions=False``).
     """
+    from . import style
+
+    style.apply()
     alt.renderers.register(CHART_RENDERER, chart_mimebundle)
     if embed_options:
         alt.renderers.enable(CHART_RENDERER, embed_options=embed_options)

@@ -1,17 +1,40 @@
 """``show_source``: a chapter shows the library's code, rendered from the live object.
 
 Chapters call this instead of copying code, so the page always shows the code that runs. The prose
-around it carries the explanation, so docstrings are left out unless asked for; comments stay.
+around it carries the explanation, so docstrings are left out unless asked for; comments stay. The
+checks of the arguments (the library validates at its boundaries, with messages that name the value
+and the limit) are elided too, unless asked for: the page shows the computation, and one comment line
+marks where the checks were.
+
+What counts as a check is read from the syntax tree, not from names of particular functions:
+
+- ``assert`` statements;
+- a call, as a statement of its own, to a function or method whose name starts with ``check`` or
+  ``validate`` (``check_mask(mask, shape)``, ``self._check_ids(src, "src")``);
+- an ``if`` whose body (and ``else``/``elif``, if any) holds nothing but checks and ``raise``
+  statements (and assignments that build the message before a ``raise``);
+- a ``for`` loop whose body holds nothing but checks.
+
+A run of consecutive checks, with the comment lines right above it, becomes one line
+(:data:`ELISION`) at the same indentation, so the listing stays valid Python.
 """
 
 from __future__ import annotations
 
 import ast
+import html
 import inspect
+import re
 import textwrap
 from typing import Any
 
-__all__ = ["source_text", "show_source"]
+__all__ = ["ELISION", "Listing", "source_text", "show_source"]
+
+ELISION = "# ... checks of the arguments (show_source(..., validation=True))"
+"""The comment that replaces each run of argument checks in a listing."""
+
+_CHECKER = re.compile(r"^_*(check|validate)(_|$)", re.IGNORECASE)
+_STATEMENT_LISTS = ("body", "orelse", "finalbody")
 
 
 def _docstring_lines(tree: ast.AST) -> set[int]:
@@ -52,12 +75,119 @@ def _without_docstrings(code: str) -> str:
     return "\n".join(kept) + "\n"
 
 
-def source_text(obj: Any, docstring: bool = False) -> str:
+# --- argument checks --------------------------------------------------------------------------------
+
+
+def _called_name(call: ast.Call) -> str | None:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _is_check_call(stmt: ast.stmt) -> bool:
+    """``check_mask(mask, shape)`` or ``self._check_ids(x, "src")`` as a statement of its own."""
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and bool(_CHECKER.match(_called_name(stmt.value) or "")))
+
+
+def _only_checks_or_raises(body: list[ast.stmt]) -> bool:
+    """A branch that only refuses: checks and ``raise``, with assignments only to build a message."""
+    if not body:
+        return True
+    if not any(isinstance(s, ast.Raise) or is_check(s) for s in body):
+        return False
+    for position, stmt in enumerate(body):
+        if isinstance(stmt, ast.Raise) or is_check(stmt):
+            continue
+        message_built = isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(body[-1], ast.Raise)
+        if not message_built or position == len(body) - 1:
+            return False
+    return True
+
+
+def is_check(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` only checks arguments (see the module's docstring for the rules)."""
+    if isinstance(stmt, ast.Assert) or _is_check_call(stmt):
+        return True
+    if isinstance(stmt, ast.If):
+        return _only_checks_or_raises(stmt.body) and _only_checks_or_raises(stmt.orelse)
+    if isinstance(stmt, (ast.For, ast.AsyncFor)):
+        return not stmt.orelse and all(is_check(s) or isinstance(s, ast.Raise) for s in stmt.body) \
+            and any(is_check(s) for s in stmt.body)
+    return False
+
+
+def _check_runs(tree: ast.AST) -> list[tuple[int, int, int, bool]]:
+    """``(first line, last line, column, whole body)`` of each run of consecutive checks.
+
+    ``whole body``: the run is all the statements of its block (the block then needs a ``...``).
+    Checks inside a run are not listed again; nor are module-level statements (a listing shows a
+    function or a class).
+    """
+    runs: list[tuple[int, int, int, bool]] = []
+
+    def visit(node: ast.AST) -> None:
+        for name in _STATEMENT_LISTS:
+            block = getattr(node, name, None)
+            if not isinstance(block, list) or not block or not isinstance(block[0], ast.stmt):
+                continue
+            if isinstance(node, ast.Module):
+                for stmt in block:
+                    visit(stmt)
+                continue
+            run: list[ast.stmt] = []
+            for stmt in [*block, None]:
+                if stmt is not None and is_check(stmt):
+                    run.append(stmt)
+                    continue
+                if run:
+                    runs.append((run[0].lineno, run[-1].end_lineno, run[0].col_offset, len(run) == len(block)))
+                    run = []
+                if stmt is not None:
+                    visit(stmt)
+        for handler in getattr(node, "handlers", []) or []:
+            visit(handler)
+
+    visit(tree)
+    return runs
+
+
+def _without_checks(code: str) -> str:
+    """``code`` with each run of argument checks (and the comments right above it) replaced by
+    :data:`ELISION`. Lines are removed, not re-printed, so everything else stays as written."""
+    lines = code.splitlines()
+    replace: dict[int, str] = {}  # first line (0-based) of a run -> its replacement
+    drop: set[int] = set()
+    for first, last, column, whole in _check_runs(ast.parse(code)):
+        start = first - 1
+        indent = " " * column
+        while start > 0 and lines[start - 1].startswith(indent + "#"):
+            start -= 1  # the comment that introduces the checks goes with them
+        drop.update(range(start, last))
+        replace[start] = indent + ELISION + ("\n" + indent + "..." if whole else "")
+    kept: list[str] = []
+    for number, line in enumerate(lines):
+        if number in replace:
+            kept.append(replace[number])
+        elif number not in drop:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+# --- the listing ------------------------------------------------------------------------------------
+
+
+def source_text(obj: Any, docstring: bool = False, validation: bool = False) -> str:
     """The source of a ``transformer_lib`` function, method or class, as a chapter shows it.
 
     Args:
         obj: a function, method, class or module of ``transformer_lib``, as the chapter imported it.
         docstring: keep the docstrings (default: leave them out, comments stay).
+        validation: keep the checks of the arguments (default: each run of them becomes one
+            comment line, :data:`ELISION`).
 
     Returns:
         The dedented source (decorators included), ending in a newline.
@@ -69,15 +199,64 @@ def source_text(obj: Any, docstring: bool = False) -> str:
     if module is None or not module.__name__.startswith("transformer_lib"):
         raise ValueError(f"show_source is for transformer_lib code, got {obj!r}")
     code = textwrap.dedent(inspect.getsource(obj))
-    return code if docstring else _without_docstrings(code)
+    if not docstring:
+        code = _without_docstrings(code)
+    if not validation:
+        code = _without_checks(code)
+    return code
 
 
-def show_source(obj: Any, docstring: bool = False) -> Any:
-    """Display the source of a ``transformer_lib`` object, syntax-highlighted, without docstrings.
+class Listing:
+    """Library source as a notebook output: highlighted HTML, and the code as plain text.
 
-    Returns an ``IPython.display.Code`` object (the notebook displays it as a cell's value); see
-    :func:`source_text` for the arguments.
+    The HTML uses the Pygments classes of the website's own code blocks and no colours of its own,
+    so a listing looks like the page's code cells in light and in dark mode. Where the page has no
+    such styles (Jupyter, Colab: no ``data-theme`` on ``<html>``) it carries Pygments' default
+    colours, scoped so that they never apply on the website.
     """
-    from IPython.display import Code
 
-    return Code(source_text(obj, docstring=docstring), language="python")
+    CSS_CLASS = "tt-source"
+
+    def __init__(self, code: str) -> None:
+        self.data = code
+
+    def __repr__(self) -> str:
+        return self.data
+
+    def _repr_html_(self) -> str:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+
+        body = highlight(self.data, PythonLexer(), HtmlFormatter(nowrap=True))
+        elision = html.escape(ELISION, quote=False)
+        body = body.replace(f'<span class="c1">{elision}</span>', f'<span class="c1 tt-elided">{elision}</span>')
+        # One span per line (Pygments closes its spans at each line's end), with the line's indent:
+        # where the page wraps code (print), a long line's continuation hangs under its own indent
+        # instead of going back to column 0 (site.css).
+        lines = []
+        for source, marked in zip(self.data.splitlines(), body.splitlines()):
+            indent = len(source) - len(source.lstrip(" "))
+            lines.append(f'<span class="tt-line" style="--tt-indent:{indent}">{marked}\n</span>')
+        body = "".join(lines)
+        return (f"<style>{_notebook_css()}</style>"
+                f'<div class="{self.CSS_CLASS} highlight-python notranslate"><div class="highlight">'
+                f"<pre>{body}</pre></div></div>")
+
+
+def _notebook_css() -> str:
+    from pygments.formatters import HtmlFormatter
+
+    scope = f'html:not([data-theme]) body:not([data-jp-theme-light="false"]) .{Listing.CSS_CLASS} .highlight'
+    # Only the scoped rules: Pygments adds global ones too (``pre { line-height: 125% }``).
+    rules = [line.split(" /*")[0] for line in HtmlFormatter().get_style_defs(scope).splitlines()]
+    return " ".join(rule for rule in rules if rule.startswith(scope))
+
+
+def show_source(obj: Any, docstring: bool = False, validation: bool = False) -> Listing:
+    """Display the source of a ``transformer_lib`` object, highlighted, without docstrings or checks.
+
+    Returns a :class:`Listing` (the notebook displays it as a cell's value); see :func:`source_text`
+    for the arguments. ``show_source(f, validation=True)`` shows the checks of the arguments too.
+    """
+    return Listing(source_text(obj, docstring=docstring, validation=validation))

@@ -1,0 +1,117 @@
+"""The site's Sphinx extension (_ext/book_site.py): toggles that say what they hide, numbered figures,
+the figures' web font. (The vega bundle and the Colab note are checked in tests/test_site.py.)"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docutils import nodes
+from docutils.frontend import get_default_settings
+from docutils.parsers.rst import Parser
+from docutils.utils import new_document
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def book_site() -> Any:
+    spec = importlib.util.spec_from_file_location("book_site", ROOT / "_ext" / "book_site.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _document() -> nodes.document:
+    return new_document("test", get_default_settings(Parser))
+
+
+@pytest.mark.parametrize(
+    ("tags", "hides", "label"),
+    [
+        (["hide-input", "check"], "source", "the check"),
+        (["hide-cell", "solution"], "content", "the solution"),
+        (["hide-input", "solution", "check"], "source", "the solution"),
+        (["hide-input", "setup"], "source", "the set-up"),
+        (["hide-input", "plot"], "source", "the plotting code"),
+        (["hide-input"], "source", "the code"),
+        (["hide-cell"], "content", "the code and its output"),
+        (["hide-output"], "output", "the output"),
+        (["hide-input", "hide-output", "solution"], "output", "the solution's output"),
+    ],
+)
+def test_a_toggle_says_what_it_hides(book_site: Any, tags: list[str], hides: str, label: str) -> None:
+    assert book_site.toggle_label(tags, hides) == label
+
+
+def _cell(metadata: dict, hidden: list[str]) -> tuple[nodes.container, Any]:
+    from myst_nb.sphinx_ import HideCodeCellNode
+
+    cell = nodes.container(nb_element="cell_code", cell_metadata=metadata)
+    bar = HideCodeCellNode(prompt_show="Show code cell {type}", prompt_hide="Hide code cell {type}")
+    bar.extend(nodes.container(nb_element=part) for part in hidden)
+    # as myst-nb does for hide-cell: the children list is set directly, the bar has no parent
+    cell.children = [bar]
+    return cell, bar
+
+
+def test_the_bars_of_hidden_cells_are_relabelled_unless_the_cell_sets_its_own(book_site: Any) -> None:
+    document = _document()
+    check, check_bar = _cell({"tags": ["hide-input", "check"]}, ["cell_code_source"])
+    solution, solution_bar = _cell({"tags": ["hide-cell", "solution"]}, ["cell_code_source", "cell_code_output"])
+    own, own_bar = _cell({"tags": ["hide-input", "check"], "mystnb": {"code_prompt_show": "Show the probe"}},
+                         ["cell_code_source"])
+    document.extend([check, solution, own])
+    book_site.LabelToggles(document).run()
+    assert (check_bar["prompt_show"], check_bar["prompt_hide"]) == ("Show the check", "Hide the check")
+    assert solution_bar["prompt_show"] == "Show the solution"
+    assert own_bar["prompt_show"] == "Show code cell {type}"  # the cell's own label is myst-nb's to apply
+
+
+def test_every_captioned_figure_gets_an_id_so_that_sphinx_numbers_it(book_site: Any) -> None:
+    document = _document()
+    named = nodes.figure("", nodes.image(uri="a.png"), nodes.caption("", "Named."), ids=["fig-named"])
+    described = nodes.figure("", nodes.image(uri="c.png", alt="Own words."), nodes.caption("", "Caption."))
+    unnamed = nodes.figure("", nodes.raw("", '<div class="tt-altair"></div>', format="html"), nodes.caption("", "A chart."))
+    bare = nodes.figure("", nodes.image(uri="b.png"))  # no caption: not a numbered figure
+    document.extend([named, unnamed, bare, described])
+    book_site._number_captioned_figures(None, document)
+    assert named["ids"] == ["fig-named"] and len(unnamed["ids"]) == 1 and not bare["ids"]
+    # the caption is the image's text alternative, unless it has its own
+    assert next(named.findall(nodes.image))["alt"] == "Named."
+    assert next(described.findall(nodes.image))["alt"] == "Own words."
+    assert "alt" not in next(bare.findall(nodes.image))
+
+
+def test_the_figures_font_is_served_with_the_letters_charts_need(book_site: Any, tmp_path: Path) -> None:
+    from fontTools.ttLib import TTFont
+
+    written = book_site.write_fonts(tmp_path)
+    assert [p.name for p in written] == ["dejavu-sans.woff", "dejavu-sans-bold.woff"]
+    regular = TTFont(written[0])
+    assert regular.flavor == "woff" and regular["name"].getDebugName(1) == "DejaVu Sans"
+    letters = regular.getBestCmap()
+    assert all(ord(c) in letters for c in "Aäßéαθ→≤×–·")
+    # site.css names these files
+    css = (ROOT / "_static" / "site.css").read_text(encoding="utf-8")
+    assert all(f"fonts/{p.name}" in css for p in written)
+    assert written[0].stat().st_size < 150_000, "a subset, not the whole font"
+
+
+def test_the_chapters_extension_is_loaded_when_the_book_has_it(book_site: Any, tmp_path: Path, monkeypatch) -> None:
+    class App:
+        def __init__(self) -> None:
+            self.loaded: list[str] = []
+
+        def setup_extension(self, name: str) -> None:
+            self.loaded.append(name)
+
+    monkeypatch.setattr(book_site, "SECTIONS_EXTENSION", tmp_path / "book_sections.py")
+    app = App()
+    book_site._load_sections_extension(app)
+    assert app.loaded == []  # not there (yet): the site builds without it
+    (tmp_path / "book_sections.py").write_text("def setup(app):\n    return {}\n", encoding="utf-8")
+    book_site._load_sections_extension(app)
+    assert app.loaded == ["book_sections"]
