@@ -138,13 +138,11 @@ def _draw_svg(function: Any, kwargs: dict[str, Any]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    try:  # the book's one visual system, where the site provides it
-        from transformer_lib.book.style import apply_style  # type: ignore[attr-defined]
-    except ImportError:
-        apply_style = None
-    with matplotlib.rc_context({"svg.hashsalt": "book", "svg.fonttype": "path"}):
-        if apply_style is not None:
-            apply_style()
+    from transformer_lib.book import style
+
+    with matplotlib.rc_context():
+        style.apply()  # the book's one visual system, as in the notebooks
+        matplotlib.rcParams.update({"svg.hashsalt": "book", "svg.fonttype": "path"})
         drawn = function(**kwargs)
         figure = drawn if isinstance(drawn, matplotlib.figure.Figure) else getattr(drawn, "figure", None)
         if figure is None:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from . import style
 from .figures import _panel_axes, _to_numpy
 from .masking_figures import mask_heatmap
 
@@ -65,9 +66,9 @@ def rotation_plot(
         fig = axes[0].figure
     axes = np.asarray(axes)
     radius = float(np.linalg.norm(p, axis=-1).max()) or 1.0
-    colours = plt.get_cmap("viridis")(np.linspace(0.15, 0.9, n_positions))
+    colours = plt.get_cmap(style.SEQUENTIAL_CMAP)(np.linspace(0.35, 0.95, n_positions))  # light to dark
     for ax, pair, name in zip(axes, p, names):
-        ax.add_patch(plt.Circle((0, 0), radius, fill=False, color="#cbd5e0", linestyle="--", linewidth=0.8))
+        ax.add_patch(plt.Circle((0, 0), radius, fill=False, color=style.MUTED, linestyle="--", linewidth=0.8))
         for position, ((x, y), colour) in enumerate(zip(pair, colours)):
             ax.annotate("", xy=(x, y), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color=colour, lw=1.2))
             if position in (0, n_positions - 1) or n_positions <= 8:

@@ -15,6 +15,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from . import style
 from .figures import _as_array, _lines
 
 __all__ = ["positional_curves", "positional_heatmap", "value_histograms"]
@@ -55,8 +56,8 @@ def positional_heatmap(
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     data = pd.DataFrame({"row": r.ravel(), "col": c.ravel(), "value": matrix.ravel()})
     limit = float(np.abs(matrix).max()) or 1.0
-    scale = (alt.Scale(scheme="redblue", domain=[-limit, limit], reverse=True) if diverging
-             else alt.Scale(scheme="viridis", zero=False))
+    scale = (alt.Scale(scheme=style.DIVERGING, domain=[-limit, limit], reverse=True) if diverging
+             else alt.Scale(scheme=style.SEQUENTIAL, zero=False))
     height = height if height is not None else max(120, round(width * rows / cols))
     return alt.Chart(data, title=title or "", description=title or f"{y_title} by {x_title}").mark_rect().encode(
         x=alt.X("col:O", title=x_title, axis=alt.Axis(labelAngle=0, labelOverlap=True)),

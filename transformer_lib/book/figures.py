@@ -30,6 +30,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from . import style
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
@@ -237,9 +239,9 @@ def plot_training_curves(history: dict[str, list[dict[str, float]]], ax: Any = N
 
         ax = Figure(figsize=(6, 3.5), layout="constrained").add_subplot()
     train, val = _history_frames(history)
-    ax.plot(train["step"], train["loss"], label="training loss (label-smoothed)", color="tab:blue")
+    ax.plot(train["step"], train["loss"], label="training loss (label-smoothed)", color=style.color(0))
     if len(val):
-        ax.plot(val["step"], val["loss"], "o-", label="validation loss (cross-entropy)", color="tab:orange", markersize=4)
+        ax.plot(val["step"], val["loss"], "o-", label="validation loss (cross-entropy)", color=style.color(1), markersize=4)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss per target token (nats)")
     ax.grid(alpha=0.3)
