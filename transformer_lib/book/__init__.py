@@ -15,3 +15,24 @@
 Import the modules (``from transformer_lib.book.figures import attention_heatmap``); this file
 imports none of them, so ``transformer_lib.book.experiment`` does not pull in altair.
 """
+
+import sys as _sys
+
+
+class _SkipSlowOptionalImport:
+    """jsonschema, which altair imports, loads the optional IRI-syntax checker ``rfc3987_syntax`` where
+    it is installed (jupyterlab pulls it in through jupyter-events); that module compiles a grammar at
+    import, about 2 s of CPU, in every notebook that draws a chart. The book never validates IRIs, so
+    this finder makes that one import fail, and jsonschema carries on without the checker (as it does
+    on Colab, which does not install it)."""
+
+    name = "rfc3987_syntax"
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname == self.name:
+            raise ModuleNotFoundError(f"{fullname} is not loaded by the book (see transformer_lib.book)", name=fullname)
+        return None
+
+
+if not any(isinstance(finder, _SkipSlowOptionalImport) for finder in _sys.meta_path):
+    _sys.meta_path.insert(0, _SkipSlowOptionalImport())
