@@ -24,34 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masking import check_mask
+from .validation import check_bias, check_mask
 
 __all__ = [
     "scaled_dot_product_attention", "softmax_attention", "fused_attention", "MultiHeadAttention",
     "linear_attention", "causal_linear_attention",
 ]
-
-
-def _check_bias(bias: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
-    """Raise a clear error unless ``bias`` is a float tensor that broadcasts to ``scores_shape``
-    without enlarging it (the rule of :func:`transformer_lib.masking.check_mask`, for additive biases).
-    """
-    if not isinstance(bias, Tensor) or not bias.is_floating_point():
-        kind = bias.dtype if isinstance(bias, Tensor) else type(bias).__name__
-        raise TypeError(
-            f"bias must be a floating-point tensor added to the scores, got {kind}; "
-            "a boolean tensor is a mask: pass it as mask="
-        )
-    scores_shape = tuple(scores_shape)
-    try:
-        broadcast = torch.broadcast_shapes(bias.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(scores_shape):
-        raise ValueError(
-            f"bias of shape {tuple(bias.shape)} does not broadcast to the attention scores of shape "
-            f"{scores_shape} (batch..., queries, keys)"
-        )
 
 
 def scaled_dot_product_attention(
@@ -60,6 +38,7 @@ def scaled_dot_product_attention(
     value: Tensor,
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Attention written out: :math:`\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V`.
 
@@ -70,6 +49,8 @@ def scaled_dot_product_attention(
         mask: optional boolean mask, ``True`` = may attend, broadcastable to ``(..., T, L)``.
         dropout_p: dropout probability applied to the attention weights. Pass ``0.0`` outside
             training (``MultiHeadAttention`` does this for you).
+        bias: optional float tensor added to the scores, broadcastable to ``(..., T, L)``
+            (positions inside attention, chapter 7).
 
     Returns:
         ``(output, attn_weights)`` with shapes ``(..., T, Dv)`` and ``(..., T, L)``. The weights are
@@ -84,6 +65,8 @@ def scaled_dot_product_attention(
         raise ValueError(f"key has {key.size(-2)} positions but value has {value.size(-2)}; they must match")
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, L)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)  # (..., T, L)
     return softmax_attention(scores, value, mask, dropout_p)
 
 
@@ -118,7 +101,7 @@ def fused_attention(
         check_mask(mask, (B, H, T, L))
     attn_mask = mask
     if bias is not None:
-        _check_bias(bias, (B, H, T, L))
+        check_bias(bias, (B, H, T, L))
         bias = bias.to(query.dtype)
         attn_mask = bias if mask is None else torch.where(mask, bias, float("-inf"))  # (B, H, T, L)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, Dv)
@@ -159,7 +142,8 @@ class MultiHeadAttention(nn.Module):
     Without ``need_weights`` the computation goes through the fused
     ``F.scaled_dot_product_attention`` (same numbers, less memory); with it, through the explicit
     :func:`scaled_dot_product_attention`, which can return the weights. Both happen in
-    :meth:`attend`, the seam later chapters override.
+    :meth:`attend`, the seam later chapters override; the key/value cache of chapter 6 calls
+    :meth:`project_query`, :meth:`project_key_value` and :meth:`attend` one by one.
 
     Example:
         >>> mha = MultiHeadAttention(d_model=6, n_heads=2, d_k=4, d_v=4)
@@ -216,35 +200,28 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``query`` to ``key``/``value``; returns ``(output, attn_weights)``, the weights
         ``(B, H, T, L)`` per head (not averaged as ``nn.MultiheadAttention`` does by default) or
         ``None`` unless ``need_weights``."""
-        self.check_inputs(query, key, value)
-        q = self.split_heads(self.q_proj(query), self.d_k)  # (B, H, T, Dk)
-        k = self.split_heads(self.k_proj(key), self.d_k)  # (B, H, L, Dk)
-        v = self.split_heads(self.v_proj(value), self.d_v)  # (B, H, L, Dv)
+        q = self.project_query(query)  # (B, H, T, Dk)
+        k, v = self.project_key_value(key, value)  # (B, H, L, Dk), (B, H, L, Dv)
         out, attn_weights = self.attend(q, k, v, mask, need_weights)  # (B, H, T, Dv)
         return self.out_proj(self.merge_heads(out)), attn_weights  # (B, T, d_out)
 
+    def project_query(self, query: Tensor) -> Tensor:
+        """Queries ``(B, T, d_model)`` -> one per head, ``(B, H, T, Dk)``."""
+        return self.split_heads(self.q_proj(query), self.d_k)
+
+    def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys ``(B, L, kdim)`` and values ``(B, L, vdim)`` -> one per head, ``(B, H, L, Dk)`` and ``(B, H, L, Dv)``."""
+        return self.split_heads(self.k_proj(key), self.d_k), self.split_heads(self.v_proj(value), self.d_v)
+
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, bias: Tensor | None = None
     ) -> tuple[Tensor, Tensor | None]:
-        """Every head at once: ``(B, H, T, Dk)`` queries over ``(B, H, L, ...)`` keys and values."""
+        """Every head at once: ``(B, H, T, Dk)`` queries over ``(B, H, L, ...)`` keys and values
+        (``bias``: added to the scores, chapter 7)."""
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:  # the explicit formula, which has the weights to return
-            return scaled_dot_product_attention(q, k, v, mask, dropout_p)
-        return fused_attention(q, k, v, mask, dropout_p), None  # same numbers, less memory
-
-    def check_inputs(self, query: Tensor, key: Tensor | None, value: Tensor | None) -> None:
-        """Raise a clear error for inputs of the wrong rank, width or batch (``None``: not given)."""
-        given = [(n, x, w) for n, x, w in (("query", query, self.d_model), ("key", key, self.kdim),
-                                           ("value", value, self.vdim)) if x is not None]
-        for name, x, width in given:
-            if x.dim() != 3:
-                raise ValueError(f"{name} must have shape (B, length, width), got {tuple(x.shape)}")
-            if x.size(-1) != width:
-                raise ValueError(f"{name} has width {x.size(-1)} but this layer expects {width}")
-        if key is not None and value is not None and key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in batch or length")
-        if key is not None and query.size(0) != key.size(0):
-            raise ValueError(f"query batch {query.size(0)} differs from key batch {key.size(0)}")
+            return scaled_dot_product_attention(q, k, v, mask, dropout_p, bias)
+        return fused_attention(q, k, v, mask, dropout_p, bias), None  # same numbers, less memory
 
 
 def _check_sizes(d_model: int, n_heads: int, dropout: float, d_k: int | None) -> None:

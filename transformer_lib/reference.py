@@ -165,7 +165,7 @@ class TorchTransformer(nn.Module):
         self.pad_id = c.pad_id
         self.src_embed, self.tgt_embed = ours.src_embed, ours.tgt_embed
         self.src_positions, self.tgt_positions = ours.src_positions, ours.tgt_positions
-        self.generator = ours.generator
+        self.output_layer = ours.output_layer
         encoder, decoder = _torch_encoder(ours.encoder), _torch_decoder(ours.decoder)
         # nn.Transformer re-initialises every matrix it holds when it is constructed (custom stacks
         # included), so it is built empty and our converted stacks are put in afterwards.
@@ -187,4 +187,4 @@ class TorchTransformer(nn.Module):
             tgt_key_padding_mask=tgt_blocked,
             memory_key_padding_mask=src_blocked,
         )  # (B, T, D)
-        return self.generator(hidden)  # (B, T, V_tgt)
+        return self.output_layer(hidden)  # (B, T, V_tgt)
