@@ -9,6 +9,7 @@ import torch
 from errors import raises
 from torch import nn
 
+from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.kv_cache import kv_cache
 from transformer_lib.config import PRESETS, TransformerConfig
 from transformer_lib.model import Transformer, count_parameters
@@ -237,3 +238,15 @@ def test_torch_reference_refuses_positions_it_cannot_represent(positional: str) 
     model = Transformer(tiny(positional=positional))
     with raises(ValueError, f"positional={positional!r}"):
         TorchTransformer(model)
+
+
+def test_grouped_query_attention_is_one_config_field() -> None:
+    """n_kv_heads reaches every attention of the model (self and cross, encoder and decoder), and only
+    the key/value projections shrink."""
+    full, grouped = Transformer(tiny()), Transformer(tiny(n_kv_heads=2))
+    attentions = [m for m in grouped.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(attentions) == 6 and all(a.n_kv_heads == 2 and a.n_heads == 4 for a in attentions)
+    d, kv = grouped.config.d_model, 2 * grouped.config.d_model // 4  # 2 of 4 heads' width
+    assert count_parameters(full) - count_parameters(grouped) == 6 * 2 * (d * (d - kv) + (d - kv))
+    with raises(ValueError, "n_kv_heads=3", "n_heads=4"):
+        tiny(n_kv_heads=3)

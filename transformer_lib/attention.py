@@ -2,7 +2,7 @@
 
 Shapes:
 
-    B   batch size              H   number of heads
+    B   batch size              H   number of (query) heads    Hkv  key/value heads (grouped-query)
     T   number of queries       L   number of keys/values (L = T in self-attention, S in cross-attention)
     Dk  query/key width         Dv  value width (per head inside MultiHeadAttention)
 
@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from .validation import check_bias, check_mask
 
 __all__ = [
-    "scaled_dot_product_attention", "softmax_attention", "fused_attention", "MultiHeadAttention",
+    "scaled_dot_product_attention", "softmax_attention", "fused_attention", "share_key_value_heads", "MultiHeadAttention",
     "linear_attention", "causal_linear_attention",
 ]
 
@@ -63,6 +63,7 @@ def scaled_dot_product_attention(
         )
     if key.size(-2) != value.size(-2):
         raise ValueError(f"key has {key.size(-2)} positions but value has {value.size(-2)}; they must match")
+    key, value = share_key_value_heads(query, key, value)  # grouped-query attention (chapter 7)
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, L)
     if bias is not None:
@@ -94,8 +95,8 @@ def fused_attention(
     bias: Tensor | None = None,
 ) -> Tensor:
     """The same attention through PyTorch's fused ``F.scaled_dot_product_attention`` (less memory,
-    no weights returned), on ``(B, H, T, Dk)`` heads. ``bias``: a float tensor added to the scores
-    (positions inside attention, chapter 7)."""
+    no weights returned), on ``(B, H, T, Dk)`` queries and ``(B, Hkv, L, ...)`` keys and values.
+    ``bias``: a float tensor added to the scores (positions inside attention, chapter 7)."""
     B, H, T, L = query.size(0), query.size(1), query.size(2), key.size(2)
     if mask is not None:
         check_mask(mask, (B, H, T, L))
@@ -104,13 +105,31 @@ def fused_attention(
         check_bias(bias, (B, H, T, L))
         bias = bias.to(query.dtype)
         attn_mask = bias if mask is None else torch.where(mask, bias, float("-inf"))  # (B, H, T, L)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, Dv)
+    if key.size(1) != H and not _SDPA_SHARES_HEADS:  # grouped-query attention on an older PyTorch
+        key, value = share_key_value_heads(query, key, value)
+    grouped = {"enable_gqa": True} if key.size(1) != H else {}  # K/V heads shared in the kernel, not copied
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, **grouped)  # (B, H, T, Dv)
     # (Compiled graphs keep the guard: the probe below cannot run inside one.)
     if mask is not None and (torch.compiler.is_compiling() or not _fused_attention_zeroes_empty_rows(query.device, query.dtype)):
         # Older PyTorch releases return NaN for a query with no visible key; make it 0, as the
         # explicit path does.
         out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return out
+
+
+# F.scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
+_SDPA_SHARES_HEADS = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
+def share_key_value_heads(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    """Grouped-query attention: each key/value head ``(..., Hkv, L, D)`` repeated for its group of
+    ``H / Hkv`` query heads, ``(..., H, L, D)``, as ``F.scaled_dot_product_attention(enable_gqa=True)``
+    groups them (query head ``h`` uses key/value head ``h // (H / Hkv)``). Unchanged when the head
+    counts agree (ordinary multi-head attention, or inputs without a head dimension)."""
+    if query.dim() < 4 or key.size(-3) == query.size(-3):
+        return key, value
+    group = query.size(-3) // key.size(-3)
+    return key.repeat_interleave(group, dim=-3), value.repeat_interleave(group, dim=-3)  # (..., H, L, D)
 
 
 class MultiHeadAttention(nn.Module):
@@ -133,6 +152,10 @@ class MultiHeadAttention(nn.Module):
             models of different widths.
         vdim: width of the value input (default ``kdim``).
         bias: whether the four projections have biases.
+        n_kv_heads: key/value heads ``Hkv`` (default ``n_heads``). Fewer makes grouped-query
+            attention (Ainslie et al. 2023): each group of ``n_heads / n_kv_heads`` query heads
+            shares one key/value head, and the key/value cache holds ``Hkv`` heads instead of
+            ``H``; ``n_kv_heads=1`` is multi-query attention (Shazeer 2019).
 
     Shape:
         - query: ``(B, T, d_model)``; key: ``(B, L, kdim)``; value: ``(B, L, vdim)``
@@ -165,24 +188,26 @@ class MultiHeadAttention(nn.Module):
         kdim: int | None = None,
         vdim: int | None = None,
         bias: bool = True,
+        n_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
-        _check_sizes(d_model, n_heads, dropout, d_k)
+        _check_sizes(d_model, n_heads, dropout, d_k, n_kv_heads)
         self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
+        self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self.d_k = d_model // n_heads if d_k is None else d_k
         self.d_v = self.d_k if d_v is None else d_v
         self.d_out = d_model if d_out is None else d_out
         self.kdim = d_model if kdim is None else kdim
         self.vdim = self.kdim if vdim is None else vdim
         self.q_proj = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, n_heads * self.d_k, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, n_heads * self.d_v, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, self.n_kv_heads * self.d_k, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, self.n_kv_heads * self.d_v, bias=bias)
         self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias)
 
     def split_heads(self, x: Tensor, width: int) -> Tensor:
-        """``(B, L, H * width)`` -> ``(B, H, L, width)``."""
+        """``(B, L, H * width)`` -> ``(B, H, L, width)`` (as many heads as ``width`` fits)."""
         B, L, _ = x.shape
-        return x.view(B, L, self.n_heads, width).transpose(1, 2)  # (B, H, L, width)
+        return x.view(B, L, -1, width).transpose(1, 2)  # (B, H, L, width)
 
     def merge_heads(self, x: Tensor) -> Tensor:
         """``(B, H, T, Dv)`` -> ``(B, T, H * Dv)``."""
@@ -210,7 +235,8 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(self.q_proj(query), self.d_k)
 
     def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys ``(B, L, kdim)`` and values ``(B, L, vdim)`` -> one per head, ``(B, H, L, Dk)`` and ``(B, H, L, Dv)``."""
+        """Keys ``(B, L, kdim)`` and values ``(B, L, vdim)`` -> one per key/value head, ``(B, Hkv, L, Dk)``
+        and ``(B, Hkv, L, Dv)`` (``Hkv = H`` unless grouped-query)."""
         return self.split_heads(self.k_proj(key), self.d_k), self.split_heads(self.v_proj(value), self.d_v)
 
     def attend(
@@ -224,9 +250,11 @@ class MultiHeadAttention(nn.Module):
         return fused_attention(q, k, v, mask, dropout_p, bias), None  # same numbers, less memory
 
 
-def _check_sizes(d_model: int, n_heads: int, dropout: float, d_k: int | None) -> None:
+def _check_sizes(d_model: int, n_heads: int, dropout: float, d_k: int | None, n_kv_heads: int | None) -> None:
     if n_heads < 1:
         raise ValueError(f"n_heads must be at least 1, got {n_heads}")
+    if n_kv_heads is not None and (n_kv_heads < 1 or n_heads % n_kv_heads != 0):
+        raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads}: each key/value head serves a group of query heads")
     if d_k is None and d_model % n_heads != 0:
         raise ValueError(
             f"d_model={d_model} is not divisible by n_heads={n_heads}; choose a d_model that is a "

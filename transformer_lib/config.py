@@ -65,6 +65,8 @@ class TransformerConfig:
         pad_id: the padding token id, for :meth:`Transformer.make_masks`.
         relative_max_distance: with ``positional="relative"``, the distance beyond which all
             distances share one learned bias.
+        n_kv_heads: key/value heads of every attention (default ``n_heads``); fewer is
+            grouped-query attention, 1 multi-query attention (chapter 7); must divide ``n_heads``.
 
     With ``n_encoder_layers=0`` and one vocabulary the config describes a decoder-only model
     (:meth:`decoder_only` builds one), with ``n_decoder_layers=0`` an encoder-only one
@@ -94,6 +96,7 @@ class TransformerConfig:
     tie_output: bool = True
     pad_id: int = 0
     relative_max_distance: int = 16
+    n_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len", "relative_max_distance"):
@@ -124,6 +127,10 @@ class TransformerConfig:
                 f"share_embeddings needs one joint vocabulary, but src_vocab_size={self.src_vocab_size} "
                 f"!= tgt_vocab_size={self.tgt_vocab_size}; build a joint vocabulary or set share_embeddings=False"
             )
+        check_int("n_kv_heads", self.n_kv_heads, optional=True)
+        if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads != 0:
+            raise ValueError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}: each key/value head serves "
+                             "a group of query heads")
         check_int("pad_id", self.pad_id, minimum=0)
         if self.pad_id >= min(self.src_vocab_size, self.tgt_vocab_size):
             raise ValueError(f"pad_id={self.pad_id} must be a valid id in both vocabularies")

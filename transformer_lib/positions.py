@@ -45,7 +45,7 @@ class StackPositions:
 
 def attention_options(config: Any) -> dict[str, Any]:
     """The keyword arguments every attention of a model gets from its config."""
-    return dict(d_model=config.d_model, n_heads=config.n_heads, dropout=config.attn_dropout)
+    return dict(d_model=config.d_model, n_heads=config.n_heads, dropout=config.attn_dropout, n_kv_heads=config.n_kv_heads)
 
 
 def added_to_input(table: type[nn.Module]) -> Callable[[Any, bool], StackPositions]:

@@ -58,6 +58,8 @@ def torch_multihead_attention(ours: MultiHeadAttention) -> nn.MultiheadAttention
     H = ours.n_heads
     if type(ours) is not MultiHeadAttention:  # a subclass puts positions inside (chapter 7)
         raise ValueError("nn.MultiheadAttention has no rotary or score-bias positions (chapter 7); this layer uses them")
+    if ours.n_kv_heads != H:
+        raise ValueError(f"nn.MultiheadAttention has no shared key/value heads; this layer has n_kv_heads={ours.n_kv_heads}")
     if not (H * ours.d_k == H * ours.d_v == ours.d_out == ours.d_model):
         raise ValueError(
             f"nn.MultiheadAttention needs n_heads*d_k == n_heads*d_v == d_out == d_model, got "
