@@ -144,8 +144,8 @@ class WordTokenizer(Tokenizer):
 
     Example:
         >>> words = WordTokenizer(Vocab.build([["Ein", "Mann", "."]]), "de")
-        >>> words.encode("Ein Mann läuft."), words.decode([4, 5, 1, 6])
-        ([4, 5, 1, 6], 'Ein Mann <unk>.')
+        >>> words.encode("Ein Mann läuft."), words.decode([5, 6, 1, 4])
+        ([5, 6, 1, 4], 'Ein Mann <unk>.')
     """
 
     kind = "words"

@@ -107,17 +107,7 @@ def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None
             f"mask must be boolean with True = may attend, got dtype {mask.dtype}. "
             "(Additive float masks are a different convention; build a boolean mask instead.)"
         )
-    scores_shape = tuple(scores_shape)
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(scores_shape):
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores of shape "
-            f"{scores_shape} (batch..., queries, keys); each mask dimension must be 1 or equal the "
-            "scores' size there"
-        )
+    _check_broadcast("mask", mask, scores_shape)
 
 
 def check_bias(bias: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
@@ -130,13 +120,19 @@ def check_bias(bias: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None
             f"bias must be a floating-point tensor added to the scores, got {kind}; "
             "a boolean tensor is a mask: pass it as mask="
         )
+    _check_broadcast("bias", bias, scores_shape)
+
+
+def _check_broadcast(name: str, tensor: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
+    """``tensor`` broadcasts to ``scores_shape`` and leaves it as it is."""
     scores_shape = tuple(scores_shape)
     try:
-        broadcast = torch.broadcast_shapes(bias.shape, scores_shape)
+        broadcast = torch.broadcast_shapes(tensor.shape, scores_shape)
     except RuntimeError:
         broadcast = None
     if broadcast != torch.Size(scores_shape):
         raise ValueError(
-            f"bias of shape {tuple(bias.shape)} does not broadcast to the attention scores of shape "
-            f"{scores_shape} (batch..., queries, keys)"
+            f"{name} of shape {tuple(tensor.shape)} does not broadcast to the attention scores of shape "
+            f"{scores_shape} (batch..., queries, keys); each of its dimensions must be 1 or equal the "
+            "scores' size there"
         )
