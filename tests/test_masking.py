@@ -117,7 +117,7 @@ def test_padding_mask_masks_keys_where_a_query_side_mask_lets_pads_through() -> 
         return lambda x: scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], mask)[0][:, 0]
 
     assert_padding_invariant(attend(padding_mask(tokens, 0)), x, is_real)
-    with pytest.raises(AssertionError, match="padding leaks"):
+    with raises(AssertionError, "position"):
         assert_padding_invariant(attend(query_side), x, is_real)
 
 
