@@ -5,6 +5,9 @@ Examples::
     python -m transformer_lib.cli.translate --checkpoint runs/multi30k/checkpoint.pt "Ein Mann fährt Fahrrad."
     python -m transformer_lib.cli.translate --checkpoint CKPT --beam-size 4 "Ein Hund rennt." "Zwei Kinder spielen."
     python -m transformer_lib.cli.translate --checkpoint CKPT --eval test --data-dir DIR   # or MULTI30K_DIR
+    python -m transformer_lib.cli.translate --pretrained "Ein Hund rennt."   # the model the book ships
+
+With ``--pretrained`` the beam size and length penalty default to the ones chosen for it on validation.
 
 Bad input (a missing or incompatible checkpoint, an empty sentence, a sentence longer than the
 model allows, symbols a toy-task model does not know, a device this machine lacks) prints one line
@@ -18,6 +21,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .. import pretrained
 from ..evaluation import BleuScore
 from ..translator import LENGTH_PENALTY, TranslationError, Translator, evaluate_bleu, read_multi30k_split
 from ..validation import check_int, check_number
@@ -32,11 +36,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Translate sentences with a trained checkpoint, or report its BLEU on Multi30k.",
     )
     parser.add_argument("sentences", nargs="*", help="sentences to translate, one argument each")
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint written by python -m transformer_lib.cli.train")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--checkpoint", help="a checkpoint written by python -m transformer_lib.cli.train")
+    model.add_argument("--pretrained", action="store_true",
+                       help="the pretrained Multi30k de->en model shipped with the library (transformer_lib.pretrained)")
     parser.add_argument("--beam-size", type=int, default=None, metavar="N",
                         help="beam size (default: 1, greedy, when translating; 4 next to greedy with --eval)")
-    parser.add_argument("--length-penalty", type=float, default=LENGTH_PENALTY, metavar="ALPHA",
-                        help=f"beam search's GNMT length penalty (default {LENGTH_PENALTY}; 0 = none)")
+    parser.add_argument("--length-penalty", type=float, default=None, metavar="ALPHA",
+                        help=f"beam search's GNMT length penalty (default {LENGTH_PENALTY}, or the pretrained model's; 0 = none)")
     parser.add_argument("--eval", choices=["val", "test"], help="report BLEU on this Multi30k split (greedy and beam)")
     parser.add_argument("--data-dir", default=None,
                         help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else the download cache)")
@@ -52,7 +59,8 @@ def _check_options(args: argparse.Namespace) -> None:
         check_int("--beam-size", args.beam_size, optional=True)
         check_int("--batch-size", args.batch_size)
         check_int("--limit", args.limit, optional=True)
-        check_number("--length-penalty", args.length_penalty, 0, 10, high_open=False)
+        if args.length_penalty is not None:
+            check_number("--length-penalty", args.length_penalty, 0, 10, high_open=False)
     except ValueError as error:
         raise TranslationError(str(error)) from None
     if args.eval is None and not args.sentences:
@@ -63,7 +71,16 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> None:
     _check_options(args)
-    translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
+    if args.pretrained:
+        decoding = pretrained.info().decoding
+        translator = pretrained.load(device=args.device)
+        args.checkpoint = "the pretrained model"
+        args.beam_size = args.beam_size or decoding["beam_size"]
+        args.length_penalty = decoding["length_penalty"] if args.length_penalty is None else args.length_penalty
+    else:
+        translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
+    if args.length_penalty is None:
+        args.length_penalty = LENGTH_PENALTY
     if args.eval is None:
         for line in translator.translate(args.sentences, beam_size=args.beam_size or 1, batch_size=args.batch_size,
                                          length_penalty=args.length_penalty):
