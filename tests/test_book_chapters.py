@@ -10,7 +10,7 @@ import pytest
 
 from transformer_lib.book.chapters import beyond, decoding, embeddings, masking, training
 from transformer_lib.book.experiment import PROFILE_ENV
-from transformer_lib.train import DEFAULTS
+from transformer_lib.cli.profiles import DEFAULTS
 
 
 def test_the_masking_example_is_a_padded_batch_labelled_by_its_tokens() -> None:
@@ -48,8 +48,8 @@ def test_one_held_out_source_per_length_shortest_first() -> None:
     lengths = [len(s.split()) for s in sources]
     settings = DEFAULTS["toy"]["fast"]
     # the shortest sequences all occur in training (there are only 10 of length 1), so no held-out one
-    assert lengths == sorted(set(lengths)) and lengths[-1] == settings["max_len"]
-    assert settings["min_len"] <= lengths[0] <= 3
+    assert lengths == sorted(set(lengths)) and lengths[-1] == settings["longest"]
+    assert settings["shortest"] <= lengths[0] <= 3
 
 
 @pytest.mark.parametrize(("profile", "layers", "steps"), [("fast", 2, 300), ("full", 4, 3000)])

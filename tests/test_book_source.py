@@ -183,7 +183,7 @@ def test_validation_true_shows_every_check_and_the_default_hides_them() -> None:
 @pytest.mark.parametrize(
     "dotted",
     ["transformer_lib.attention.MultiHeadAttention", "transformer_lib.attention.softmax_attention",
-     "transformer_lib.masking", "transformer_lib.decoding", "transformer_lib.training", "transformer_lib.model"],
+     "transformer_lib.masking", "transformer_lib.decoding", "transformer_lib.trainer", "transformer_lib.model"],
 )
 def test_eliding_checks_removes_only_checks(dotted: str) -> None:
     """The listing without checks is still Python, and every statement it drops is a check: the

@@ -156,11 +156,12 @@ def colab_view(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Wheels of what the library requires and Colab lacks, and of setuptools (the build backend)."""
+    """Wheels of what the library and its [book] extra require and Colab lacks, and of setuptools (the build backend)."""
     import tomllib
 
     folder = tmp_path_factory.mktemp("wheelhouse")
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + project["optional-dependencies"]["book"]  # the set-up cell installs [book]
     colab = _requirement_closure(list(COLAB_SHIPS))
     needed = _requirement_closure([Requirement(line).name for line in declared] + ["setuptools"])
     for name, dist in needed.items():
@@ -294,7 +295,7 @@ def test_the_set_up_cell_installed_the_library_into_the_runtime(runtime: dict[st
     """After the sections ran, the library and the dependencies Colab lacks are in the runtime's own
     environment (not found through this checkout)."""
     if not any((runtime["home"] / "venv").rglob("transformer_lib/__init__.py")):
-        subprocess.run([runtime["python"], "-m", "pip", "install", "--quiet", f"transformer_lib @ git+file://{ROOT}"],
+        subprocess.run([runtime["python"], "-m", "pip", "install", "--quiet", f"transformer_lib[book] @ git+file://{ROOT}"],
                        env=_clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(runtime["wheelhouse"])), check=True)
     where = _probe(runtime["python"], "import sacrebleu, transformer_lib; print(transformer_lib.__file__, sacrebleu.__file__)")
     assert where.returncode == 0, where.stderr[-2000:]

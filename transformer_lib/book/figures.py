@@ -227,7 +227,7 @@ def plot_training_curves(history: dict[str, list[dict[str, float]]], ax: Any = N
 
     Args:
         history: ``{"train": [{"step", "loss", ...}, ...], "val": [{"step", "loss", ...}, ...]}``,
-            as ``Trainer.history`` and the ``metrics.json`` of ``python -m transformer_lib.train`` hold.
+            as ``Trainer.history`` and the ``metrics.json`` of ``python -m transformer_lib.cli.train`` hold.
         ax: axes to draw on (default: a new figure's).
         title: optional title.
 

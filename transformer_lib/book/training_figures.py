@@ -152,7 +152,7 @@ def lr_schedule_chart(frame: Any, title: str = "Learning rate over training") ->
     Args:
         frame: a ``pandas.DataFrame`` with columns ``step``, ``lr``, ``warmup`` and ``d_model``, and
             optionally ``schedule`` (one curve per value), computed by the caller from
-            ``transformer_lib.training`` (so the chart shows the library's numbers).
+            ``transformer_lib.trainer`` (so the chart shows the library's numbers).
 
     Returns:
         An ``altair.Chart``: a line per schedule for the slider-chosen warm-up and ``d_model``, with

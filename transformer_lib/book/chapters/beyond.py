@@ -20,7 +20,8 @@ from transformer_lib.book.cache import cached
 from transformer_lib.book.experiment import current_profile, pick
 from transformer_lib.language_models import CaptionCorpus, caption_corpus, lm_batches, train_steps
 from transformer_lib.masked_lm import MASK
-from transformer_lib.model import DecoderOnlyTransformer, TransformerConfig
+from transformer_lib.model import DecoderOnlyTransformer
+from transformer_lib.config import TransformerConfig
 from transformer_lib.vocab import Vocab
 
 __all__ = ["caption_batches", "caption_data", "caption_language_model", "caption_model_size", "train_caption_lm"]

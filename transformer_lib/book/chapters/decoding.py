@@ -1,7 +1,7 @@
 """Chapter 6's shared set-up: the two trained models its sections decode with, the test set, its
 decoded translations, and the trained model's committed outputs.
 
-Both models are trained by the command-line trainer itself (``python -m transformer_lib.train``,
+Both models are trained by the command-line trainer itself (``python -m transformer_lib.cli.train``,
 called in this process), once: the first section that needs one trains it into the book's cache
 (:mod:`transformer_lib.book.cache`) and the others load it from there. ``TRANSFORMER_BOOK_CHECKPOINT``
 points the sections at a translation model of your own instead.
@@ -26,7 +26,7 @@ from transformer_lib.book.chapters.training import reverse_task
 from transformer_lib.book.experiment import current_profile
 from transformer_lib.evaluation import bleu_scores
 from transformer_lib.multi30k import load_multi30k
-from transformer_lib.translate import Translator, evaluate_bleu
+from transformer_lib.translator import Translator, evaluate_bleu
 
 __all__ = ["CHECKPOINT_ENV", "Committed", "TestSet", "committed_outputs", "decoded_test_set", "one_per_length",
            "reverse_translator", "test_set", "translation_model"]
@@ -35,19 +35,19 @@ CHECKPOINT_ENV = "TRANSFORMER_BOOK_CHECKPOINT"
 
 
 def _train(args: list[str]) -> dict[str, Any]:
-    """``python -m transformer_lib.train ARGS`` in this process, its log kept off the page."""
-    from transformer_lib import train
+    """``python -m transformer_lib.cli.train ARGS`` in this process, its log kept off the page."""
+    from transformer_lib.cli import train
 
     log = io.StringIO()
     with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         run = train.main(args)
     if not isinstance(run, dict):
-        raise RuntimeError(f"python -m transformer_lib.train {' '.join(args)} failed:\n{log.getvalue()[-2000:]}")
+        raise RuntimeError(f"python -m transformer_lib.cli.train {' '.join(args)} failed:\n{log.getvalue()[-2000:]}")
     return run
 
 
 def reverse_translator(device: torch.device | str = "cpu") -> Translator:
-    """The reverse model of ``python -m transformer_lib.train --task reverse`` (the chapter-5 settings,
+    """The reverse model of ``python -m transformer_lib.cli.train --task reverse`` (the chapter-5 settings,
     until every held-out sequence comes out right), trained once and then loaded from the cache."""
     profile = current_profile()
     folder = cached("reverse-model", {"profile": profile},
@@ -67,7 +67,7 @@ def translation_model(device: torch.device | str = "cpu") -> tuple[Translator, s
     """The Multi30k model the sections decode with, and a line saying which it is.
 
     ``$TRANSFORMER_BOOK_CHECKPOINT`` if set (``model.pt`` where a run wrote one, else
-    ``checkpoint.pt``); else ``python -m transformer_lib.train --task multi30k`` in the current
+    ``checkpoint.pt``); else ``python -m transformer_lib.cli.train --task multi30k`` in the current
     profile, trained once (the run's own choice of weights: the last, or the average of the last five
     epochs) and then loaded from the cache.
     """
@@ -82,7 +82,7 @@ def translation_model(device: torch.device | str = "cpu") -> tuple[Translator, s
                                             "--no-progress"]))
         selection = json.loads((folder / "metrics.json").read_text())["selection"]
         path = folder / selection["checkpoint"]
-        where = f"this page's model: `python -m transformer_lib.train --task multi30k --profile {profile}`"
+        where = f"this page's model: `python -m transformer_lib.cli.train --task multi30k --profile {profile}`"
     translator = Translator.from_checkpoint(path, device=device)
     if translator.task != "multi30k":
         raise ValueError(f"{path} is a {translator.task!r} checkpoint, not multi30k")
@@ -115,7 +115,7 @@ def _file_digest(path: Path) -> str:
 
 
 def decoded_test_set(translator: Translator, tests: TestSet, beam_sizes: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:
-    """:func:`~transformer_lib.translate.evaluate_bleu` of the model on the test set, greedy and for
+    """:func:`~transformer_lib.translator.evaluate_bleu` of the model on the test set, greedy and for
     each beam size: decoded once per model (its weights' digest is the cache key), then the
     translations are read back and scored again.
 

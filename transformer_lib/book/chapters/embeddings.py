@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from transformer_lib.vocab import Vocab, tokenizer
+from transformer_lib.vocab import Vocab
+from transformer_lib.tokenizers import word_splitter
 
 __all__ = ["CAPTION_PAIRS", "CaptionExample", "caption_example"]
 
@@ -43,8 +44,8 @@ class CaptionExample:
 
 def caption_example() -> CaptionExample:
     """Section 3.1's objects, made as section 3.1 makes them."""
-    de_tokens = [tokenizer("de")(de) for de, _ in CAPTION_PAIRS]
-    en_tokens = [tokenizer("en")(en) for _, en in CAPTION_PAIRS]
+    de_tokens = [word_splitter("de")(de) for de, _ in CAPTION_PAIRS]
+    en_tokens = [word_splitter("en")(en) for _, en in CAPTION_PAIRS]
     vocab_de, vocab_en = Vocab.build(de_tokens), Vocab.build(en_tokens)
     sentences = [vocab_de.encode(t, True, True) for t in de_tokens[:4]]  # bos, eos
     src = nn.utils.rnn.pad_sequence([torch.tensor(ids) for ids in sentences], batch_first=True,

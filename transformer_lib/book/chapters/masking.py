@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer_lib.vocab import Vocab, tokenizer
+from transformer_lib.vocab import Vocab
+from transformer_lib.tokenizers import word_splitter
 
 __all__ = ["EXAMPLE_PAIRS", "ExampleBatch", "example_batch"]
 
@@ -33,8 +34,8 @@ class ExampleBatch:
 
 def example_batch() -> ExampleBatch:
     """The two pairs, tokenized by spaCy's rule-based tokenizers and numbered by one small ``Vocab``."""
-    src_text = [tokenizer("de")(de) for de, _ in EXAMPLE_PAIRS]
-    tgt_text = [tokenizer("en")(en) for _, en in EXAMPLE_PAIRS]
+    src_text = [word_splitter("de")(de) for de, _ in EXAMPLE_PAIRS]
+    tgt_text = [word_splitter("en")(en) for _, en in EXAMPLE_PAIRS]
     vocab = Vocab.build(src_text + tgt_text)  # one small vocabulary for both
 
     def pad_batch(sentences: list[list[str]]) -> torch.Tensor:

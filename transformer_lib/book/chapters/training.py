@@ -12,7 +12,7 @@ from transformer_lib.book.cache import cached
 from transformer_lib.book.experiment import current_profile
 from transformer_lib.prepared import PreparedTranslation, prepare_multi30k
 from transformer_lib.toy_tasks import toy_task, toy_vocab
-from transformer_lib.train import DEFAULTS
+from transformer_lib.cli.profiles import DEFAULTS
 from transformer_lib.vocab import Vocab
 
 __all__ = ["ReverseTask", "multi30k_words", "reverse_task"]
@@ -34,7 +34,7 @@ def reverse_task() -> ReverseTask:
     """The reverse task with the command-line trainer's settings (``--task reverse``, seed 0)."""
     s = DEFAULTS["toy"][current_profile()]
     train, heldout = toy_task("reverse", s["n_train"], s["n_heldout"], n_symbols=s["n_symbols"],
-                              min_len=s["min_len"], max_len=s["max_len"], seed=0)
+                              shortest=s["shortest"], longest=s["longest"], seed=0)
     return ReverseTask(dict(s), toy_vocab(s["n_symbols"]), train, heldout)
 
 
