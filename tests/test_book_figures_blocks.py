@@ -11,6 +11,8 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+
+from transformer_lib.book import style
 import torch
 
 matplotlib.use("Agg")
@@ -46,9 +48,9 @@ def test_positional_heatmap_has_one_cell_per_entry_with_the_value_in_the_tooltip
 def test_positional_heatmap_is_diverging_around_zero_or_sequential() -> None:
     values = torch.tensor([[1.0, -3.0], [0.5, 2.0]])
     diverging = embedding_figures.positional_heatmap(values).to_dict()["encoding"]["color"]["scale"]
-    assert diverging["domain"] == [-3.0, 3.0] and diverging["scheme"] == "redblue"
+    assert diverging["domain"] == [-3.0, 3.0] and diverging["scheme"] == style.DIVERGING
     sequential = embedding_figures.positional_heatmap(values.abs(), diverging=False).to_dict()["encoding"]["color"]["scale"]
-    assert "domain" not in sequential and sequential["scheme"] == "viridis"
+    assert "domain" not in sequential and sequential["scheme"] == style.SEQUENTIAL
 
 
 def test_positional_heatmap_accepts_a_tensor_that_requires_grad_and_rejects_1d() -> None:

@@ -170,14 +170,14 @@ def test_checks_of_the_arguments_become_one_marked_line_per_run() -> None:
 
 
 def test_validation_true_shows_every_check_and_the_default_hides_them() -> None:
-    from transformer_lib.attention import MultiHeadAttention
     from transformer_lib.book.source import ELISION
+    from transformer_lib.decoding import greedy_decode  # a public boundary: it validates its arguments
 
-    full = source_text(MultiHeadAttention.forward, validation=True)
-    short = source_text(MultiHeadAttention.forward)
+    full = source_text(greedy_decode, validation=True)
+    short = source_text(greedy_decode)
     assert ELISION not in full and ELISION in short
-    assert "self.check_inputs(" in full and "check_inputs" not in short
-    assert show_source(MultiHeadAttention.forward).data == short
+    assert "check_source(" in full and "check_source" not in short
+    assert show_source(greedy_decode).data == short
 
 
 @pytest.mark.parametrize(
@@ -208,9 +208,9 @@ def test_eliding_checks_removes_only_checks(dotted: str) -> None:
 
 
 def test_a_listing_is_html_in_the_sites_own_colours_and_marks_the_elision() -> None:
-    from transformer_lib.attention import MultiHeadAttention
+    from transformer_lib.decoding import greedy_decode
 
-    listing = show_source(MultiHeadAttention.forward)
+    listing = show_source(greedy_decode)
     page = listing._repr_html_()
     assert 'class="tt-source' in page and '<div class="highlight"><pre>' in page
     assert 'class="c1 tt-elided"' in page  # the elision stands out (site.css)

@@ -1,7 +1,8 @@
-"""The applications built on the library: the two command lines and everything about runs.
+"""The applications built on the library: the command lines and everything about runs.
 
     train        python -m transformer_lib.cli.train: train, resume, evaluate, write results
     translate    python -m transformer_lib.cli.translate: translate sentences, or BLEU on Multi30k
+    export       python -m transformer_lib.cli.export: a finished run as the pretrained-model file
     options      RunConfig (a run's settings) and SessionOptions: one command-line option per field
     profiles     the fast/full experiment-size switch and the training defaults of each
     runs         the output folder: its lock, earlier results moved aside, results written atomically
