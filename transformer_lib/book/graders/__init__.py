@@ -19,7 +19,9 @@ The bugs the graders name are reproduced in :mod:`transformer_lib.book.pitfalls`
 """
 
 from .attention import grade_attention, grade_multi_head_attention
+from .blocks import grade_post_ln_residual, grade_pre_ln_residual
 from .masking import grade_causal_mask, grade_masked_attention, grade_padding_mask, grade_target_mask
+from .positions import grade_sinusoidal_table
 from .report import Failure, GradeReport
 
 __all__ = [
@@ -31,4 +33,7 @@ __all__ = [
     "grade_causal_mask",
     "grade_target_mask",
     "grade_masked_attention",
+    "grade_sinusoidal_table",
+    "grade_pre_ln_residual",
+    "grade_post_ln_residual",
 ]
