@@ -23,6 +23,7 @@ from .blocks import grade_post_ln_residual, grade_pre_ln_residual
 from .masking import grade_causal_mask, grade_masked_attention, grade_padding_mask, grade_target_mask
 from .positions import grade_sinusoidal_table
 from .report import Failure, GradeReport
+from .training import grade_label_smoothed_loss, grade_length_batches, grade_target_shift
 
 __all__ = [
     "Failure",
@@ -36,4 +37,7 @@ __all__ = [
     "grade_sinusoidal_table",
     "grade_pre_ln_residual",
     "grade_post_ln_residual",
+    "grade_label_smoothed_loss",
+    "grade_target_shift",
+    "grade_length_batches",
 ]
