@@ -20,6 +20,7 @@ The bugs the graders name are reproduced in :mod:`transformer_lib.book.pitfalls`
 
 from .attention import grade_attention, grade_multi_head_attention
 from .blocks import grade_post_ln_residual, grade_pre_ln_residual
+from .decoding import grade_greedy_decode
 from .masking import grade_causal_mask, grade_masked_attention, grade_padding_mask, grade_target_mask
 from .positions import grade_sinusoidal_table
 from .report import Failure, GradeReport
@@ -40,4 +41,5 @@ __all__ = [
     "grade_label_smoothed_loss",
     "grade_target_shift",
     "grade_length_batches",
+    "grade_greedy_decode",
 ]
