@@ -127,7 +127,7 @@ def _grade_residual(module_class: Callable[..., nn.Module], norm_first: bool) ->
         property_check("dropout_in_eval", lambda: check_deterministic(lambda x: run(module, "f(h) = h Wᵀ", x), x),
                        example=example)
         module.train()
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             trained, zero = run(module, "f(h) = h Wᵀ"), run(module, "f(h) = 0")
         module.eval()

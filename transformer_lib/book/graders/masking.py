@@ -21,7 +21,7 @@ from transformer_lib.masking import causal_mask, check_mask, padding_mask, targe
 from .. import pitfalls
 from .report import (
     Case, GradeReport, Grading, KnownBug, Problem, as_output, call, expect_cases_close, expect_close, expect_finite,
-    fmt_inputs, inputs, property_check,
+    expect_shape, fmt_inputs, inputs, property_check,
 )
 
 __all__ = ["grade_padding_mask", "grade_causal_mask", "grade_target_mask", "grade_masked_attention"]
@@ -356,6 +356,8 @@ def grade_masked_attention(fn: Callable[..., Any]) -> GradeReport:
                finite: bool = False) -> Tensor:
         args = (q, k, v) if mask is None else (q, k, v, mask)
         out = as_output(call(fn, *args, what=what, example=example), what, example)[0]
+        expect_shape(out, (*q.shape[:-1], v.size(-1)), what="the output", example=example,
+                     hint="one row per query, as wide as the values: (..., T, Dv)")
         if finite:  # inside a property check: NaN would read as "not deterministic" (NaN != NaN)
             expect_finite(out, what="the output", example=example)
         return out

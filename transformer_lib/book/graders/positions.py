@@ -36,6 +36,7 @@ def _interleaved(max_len: int, d_model: int, exponents: Tensor, first: Callable 
 
 
 def _table_bugs(max_len: int, d_model: int) -> list[KnownBug]:
+    """Known wrong tables (``None`` where a bug has no single form: a swapped odd-width table)."""
     j = torch.arange(d_model, dtype=torch.float64)  # column index
     paired = 2 * (j // 2) / d_model  # the paper's 2i/D: columns 2i and 2i+1 share a frequency
     half = math.ceil(d_model / 2)
@@ -48,10 +49,11 @@ def _table_bugs(max_len: int, d_model: int) -> list[KnownBug]:
     return [
         KnownBug("sin_cos_swapped", "cosines fill the even columns and sines the odd ones",
                  "PE(p, 2i) = sin(...), PE(p, 2i + 1) = cos(...): sine first",
-                 lambda: _interleaved(max_len, d_model, paired, torch.cos, torch.sin)),
+                 lambda: None if d_model % 2 else _interleaved(max_len, d_model, paired, torch.cos, torch.sin)),
         KnownBug("halves_not_interleaved", "all sines come first and all cosines after them (tensor2tensor's "
                  "layout): a valid encoding, but not the paper's, and not the library's",
-                 "interleave: table[:, 0::2] = sin(angles), table[:, 1::2] = cos(angles)", halves),
+                 "interleave: table[:, 0::2] = sin(angles), table[:, 1::2] = cos(angles)",
+                 lambda: None if d_model % 2 else halves()),
         KnownBug("cosine_frequency", "column j turns at 10000^(-j/D), so a cosine does not share its sine's "
                  "frequency", "the exponent is 2i/D for both columns 2i and 2i + 1: torch.arange(0, D, 2) / D",
                  lambda: _interleaved(max_len, d_model, j / d_model)),

@@ -96,7 +96,7 @@ class GradeReport:
             lines += _wrap(f"✗ {failure.check}: {failure.message}", "", "  ")
             for label, text in failure._blocks():
                 lines.append(f"  {label}:")
-                lines += ["    " + line for line in text.splitlines()]
+                lines += _block_lines(text, "    ")
             if failure.hint:
                 lines += _wrap(f"hint: {failure.hint}", "  ", "    ")
         lines += [line for check in self.passed_checks for line in _wrap(f"✓ {check}", "", "  ")]
@@ -110,12 +110,18 @@ class GradeReport:
         for failure in self.failures:
             parts.append(f"- ✗ `{failure.check}`: {failure.message}")
             for label, text in failure._blocks():
-                parts += [f"  {label}:", "  ```", *("  " + line for line in text.splitlines()), "  ```"]
+                parts += [f"  {label}:", "  ```", *_block_lines(text, "  "), "  ```"]
             if failure.hint:
                 parts.append(f"  *Hint:* {failure.hint}")
         parts += [f"- ✓ {check}" for check in self.passed_checks]
         parts += [f"- not run: {reason}" for reason in self.skipped]
         return "\n".join(parts)
+
+
+def _block_lines(text: str, indent: str) -> list[str]:
+    """A printed input or output, indented, its long prose lines wrapped (tensor rows already fit)."""
+    return [wrapped for line in text.splitlines()
+            for wrapped in _wrap(line, indent, indent + " " * (len(line) - len(line.lstrip()) + 2))]
 
 
 def _wrap(text: str, first: str, rest: str) -> list[str]:
@@ -150,17 +156,29 @@ class Grading:
 
     def __init__(self, exercise: str) -> None:
         self.report = GradeReport(exercise)
+        self._random_state = torch.random.fork_rng(devices=[])
 
     def __enter__(self) -> Grading:
+        # Grading draws no numbers from the global generator: a notebook's later cells get the same
+        # random numbers whether or not the reader ran a grader (the reader's code runs inside too).
+        self._random_state.__enter__()
         return self
 
     def __exit__(self, kind: type | None, error: BaseException | None, traceback: Any) -> bool:
+        self._random_state.__exit__(kind, error, traceback)
         return kind is _Stop
 
     def check(self, description: str, run: Callable[[], None], *, gate: bool = False) -> bool:
         """Run one check; ``description`` is the line shown when it passes."""
         try:
-            run()
+            try:
+                run()
+            except Problem:
+                raise
+            except Exception as error:  # the reader's output broke a step of the check (an odd shape or type)
+                raise Problem("unexpected_output", f"your code's output could not be checked ({type(error).__name__}: "
+                              f"{_first_line(error)})", hint="compare its shape and type with the exercise's "
+                              "signature") from error
         except Problem as problem:
             if problem.failure.check not in self.report.failed_checks:  # one bug, reported once
                 self.report.failures.append(problem.failure)
@@ -257,7 +275,7 @@ def fmt(t: Tensor) -> str:
     if t.is_floating_point():
         t = t.double()
     array = t.numpy()
-    return np.array2string(array, precision=3, suppress_small=True, max_line_width=WIDTH - 4, separator=", ")
+    return np.array2string(array, precision=3, suppress_small=True, max_line_width=WIDTH - 8, separator=", ")
 
 
 def fmt_inputs(**tensors: Any) -> str:
