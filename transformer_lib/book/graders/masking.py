@@ -75,6 +75,60 @@ def _attention_through(mask: Tensor) -> Callable[[Tensor], Tensor]:
     return lambda x: scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], mask)[0][:, 0]
 
 
+class _TokenMaskCases:
+    """A mask built from token ids, graded case by case against the library's: the cases, the
+    reader's mask for each (checked for dtype and shape), and the comparison as attention sees it."""
+
+    def __init__(self, fn: Callable[[Tensor, int], Tensor], cases: list[tuple[list[list[int]], int]], what: str,
+                 reference: Callable[[Tensor, int], Tensor],
+                 bugs: Callable[[Tensor, int, Callable[[Tensor], Tensor]], list[KnownBug]]) -> None:
+        self.fn, self.cases, self.what, self.reference, self.bugs = fn, cases, what, reference, bugs
+
+    def case(self, index: int) -> tuple[Tensor, int, Tensor, str]:
+        """``(tokens (B, L), pad_id, the reader's mask, the input printed)``."""
+        tokens, pad = self.cases[index]
+        tokens = torch.tensor(tokens)
+        B, L = tokens.shape
+        example = fmt_inputs(tokens=tokens, pad_id=pad)
+        return tokens, pad, _checked_mask(self.fn, (tokens, pad), self.what, (B, 2, L, L), example), example
+
+    def dtype_and_shape(self) -> None:
+        for index in range(len(self.cases)):
+            self.case(index)
+
+    def compared(self, index: int) -> Case:
+        tokens, pad, mask, example = self.case(index)
+        B, L = tokens.shape
+        grid = lambda m: _grid(m, B, L, L)  # noqa: E731
+        return grid(mask), grid(self.reference(tokens, pad)), example, self.bugs(tokens, pad, grid)
+
+    def matches_reference(self, message: str, hint: str) -> None:
+        expect_cases_close((lambda i=i: self.compared(i) for i in range(len(self.cases))),
+                           check="matches_reference", message=message, hint=hint)
+
+
+def _padding_bugs(tokens: Tensor, pad: int, grid: Callable[[Tensor], Tensor]) -> list[KnownBug]:
+    keys = padding_mask(tokens, pad)
+    return [
+        KnownBug("keys_masked_not_queries", "the mask hides padded queries (rows) instead of padded keys "
+                 "(columns): every real token still attends to the pads",
+                 "padding is a property of keys: shape (B, 1, 1, L), i.e. (tokens != pad_id)[:, None, None, :]",
+                 lambda: grid(pitfalls.query_side_padding_mask(tokens, pad))),
+        KnownBug("queries_also_masked", "the mask hides padded queries as well as padded keys: a pad's row "
+                 "has no key left, which a plain softmax turns into NaN",
+                 "mask keys only: (B, 1, 1, L); the outputs at pads are never used",
+                 lambda: grid(keys & pitfalls.query_side_padding_mask(tokens, pad))),
+        KnownBug("mask_polarity", "True marks the pads: the mask is the wrong way round",
+                 "True means 'may attend' (as in F.scaled_dot_product_attention): tokens != pad_id",
+                 lambda: grid(~keys)),
+        KnownBug("pad_id_ignored", "the mask ignores pad_id (it looks for 0)", "compare with pad_id, not 0",
+                 lambda: grid(padding_mask(tokens, 0)) if pad != 0 else None),
+        KnownBug("mask_shape", "a (B, L) mask broadcasts against (B, H, L, L) scores by lining B up with the "
+                 "queries: sentence i's padding is applied to query i of every sentence",
+                 "add the head and query dimensions: (B, 1, 1, L)", lambda: grid(tokens != pad)),
+    ]
+
+
 def grade_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
     """Grade the reader's padding mask.
 
@@ -88,53 +142,15 @@ def grade_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
         True
     """
     grading = Grading("Padding mask")
-
-    def case(index: int) -> tuple[Tensor, int, Tensor, str]:
-        tokens, pad = PADDING_CASES[index]
-        tokens = torch.tensor(tokens)
-        example = fmt_inputs(tokens=tokens, pad_id=pad)
-        return tokens, pad, _checked_mask(fn, (tokens, pad), "your padding mask", (tokens.size(0), 2, tokens.size(1), tokens.size(1)), example), example
-
-    def bugs(tokens: Tensor, pad: int, grid: Callable[[Tensor], Tensor]) -> list[KnownBug]:
-        keys = padding_mask(tokens, pad)
-        return [
-            KnownBug("keys_masked_not_queries", "the mask hides padded queries (rows) instead of padded keys "
-                     "(columns): every real token still attends to the pads",
-                     "padding is a property of keys: shape (B, 1, 1, L), i.e. (tokens != pad_id)[:, None, None, :]",
-                     lambda: grid(pitfalls.query_side_padding_mask(tokens, pad))),
-            KnownBug("queries_also_masked", "the mask hides padded queries as well as padded keys: a pad's row "
-                     "has no key left, which a plain softmax turns into NaN",
-                     "mask keys only: (B, 1, 1, L); the outputs at pads are never used",
-                     lambda: grid(keys & pitfalls.query_side_padding_mask(tokens, pad))),
-            KnownBug("mask_polarity", "True marks the pads: the mask is the wrong way round",
-                     "True means 'may attend' (as in F.scaled_dot_product_attention): tokens != pad_id",
-                     lambda: grid(~keys)),
-            KnownBug("pad_id_ignored", "the mask ignores pad_id (it looks for 0)", "compare with pad_id, not 0",
-                     lambda: grid(padding_mask(tokens, 0)) if pad != 0 else None),
-            KnownBug("mask_shape", "a (B, L) mask broadcasts against (B, H, L, L) scores by lining B up with the "
-                     "queries: sentence i's padding is applied to query i of every sentence",
-                     "add the head and query dimensions: (B, 1, 1, L)",
-                     lambda: grid((tokens != pad))),
-        ]
-
-    def dtype_and_shape() -> None:
-        for index in range(len(PADDING_CASES)):
-            case(index)
-
-    def compared(index: int) -> Case:
-        tokens, pad, mask, example = case(index)
-        B, L = tokens.shape
-        grid = lambda m: _grid(m, B, L, L)  # noqa: E731
-        return grid(mask), grid(padding_mask(tokens, pad)), example, bugs(tokens, pad, grid)
+    cases = _TokenMaskCases(fn, PADDING_CASES, "your padding mask", padding_mask, _padding_bugs)
 
     def matches_reference() -> None:
-        expect_cases_close((lambda i=i: compared(i) for i in range(len(PADDING_CASES))), check="matches_reference",
-                           message="as attention sees it (broadcast to (B, L, L), queries on rows, keys on "
-                                   "columns), the mask differs from padding_mask",
-                           hint="True where the key is a real token, the same for every query")
+        cases.matches_reference("as attention sees it (broadcast to (B, L, L), queries on rows, keys on columns), "
+                                "the mask differs from padding_mask",
+                                "True where the key is a real token, the same for every query")
 
     def padding_invariant() -> None:
-        tokens, pad, mask, example = case(len(PADDING_CASES) - 1)
+        tokens, pad, mask, example = cases.case(len(PADDING_CASES) - 1)
         x = inputs(*tokens.shape, 4, seed=3)
         property_check("padding_invariance",
                        lambda: check_padding_invariance(_attention_through(mask), x, tokens != pad),
@@ -142,7 +158,8 @@ def grade_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
                        hint="with the mask, real tokens must not read anything from pads")
 
     with grading:
-        grading.check("returns a boolean mask that broadcasts to the scores (B, H, L, L)", dtype_and_shape, gate=True)
+        grading.check("returns a boolean mask that broadcasts to the scores (B, H, L, L)", cases.dtype_and_shape,
+                      gate=True)
         grading.check("equals padding_mask as attention sees it, for every pad_id", matches_reference)
         grading.check("attention under it ignores what the pads hold (padding invariance, transformer_lib.checks)",
                       padding_invariant)
@@ -214,6 +231,30 @@ def grade_causal_mask(fn: Callable[[int], Tensor]) -> GradeReport:
     return grading.report
 
 
+def _target_bugs(tgt: Tensor, pad: int, grid: Callable[[Tensor], Tensor]) -> list[KnownBug]:
+    T = tgt.size(1)
+    keys, future = padding_mask(tgt, pad), causal_mask(T)
+    wrong_diagonals = {"causal_peeks_ahead", "causal_hides_self", "mask_transposed"}
+    return [bug for bug in _causal_bugs(T, lambda m: grid(m & keys)) if bug.check in wrong_diagonals] + [
+        KnownBug("mask_polarity", "True marks what must be hidden: the mask is the wrong way round",
+                 "True means 'may attend': padding_mask(tgt, pad_id) & causal_mask(T)",
+                 lambda: grid(~target_mask(tgt, pad))),
+        KnownBug("no_causal_mask", "the mask has no causal part: every position sees the tokens it must predict",
+                 "AND the padding mask with causal_mask(T): padding_mask(tgt) & causal_mask(T)",
+                 lambda: grid(pitfalls.padding_only_target_mask(tgt, pad))),
+        KnownBug("no_padding_mask", "the mask has no padding part. With right padding the causal part hides "
+                 "every pad from every real query, so nothing leaks there; with left padding real tokens "
+                 "attend to the pads before them",
+                 "AND in padding_mask(tgt, pad_id)", lambda: grid(future)),
+        KnownBug("keys_masked_not_queries", "the padding part hides padded queries instead of padded keys. With "
+                 "right padding the causal part hides the pads anyway, so real tokens are right; with left "
+                 "padding they attend to pads", "padding masks keys: (B, 1, 1, T), then AND causal_mask(T)",
+                 lambda: grid(pitfalls.query_side_padding_mask(tgt, pad) & future)),
+        KnownBug("pad_id_ignored", "the mask ignores pad_id (it looks for 0)", "compare with pad_id, not 0",
+                 lambda: grid(target_mask(tgt, 0)) if pad != 0 else None),
+    ]
+
+
 def grade_target_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
     """Grade the reader's decoder self-attention mask: padding AND causal.
 
@@ -228,55 +269,15 @@ def grade_target_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
         True
     """
     grading = Grading("Target (decoder self-attention) mask")
-
-    def case(index: int) -> tuple[Tensor, int, Tensor, str]:
-        tgt, pad = TARGET_CASES[index]
-        tgt = torch.tensor(tgt)
-        example = fmt_inputs(tgt=tgt, pad_id=pad)
-        B, T = tgt.shape
-        return tgt, pad, _checked_mask(fn, (tgt, pad), "your target mask", (B, 2, T, T), example), example
-
-    def bugs(tgt: Tensor, pad: int) -> list[KnownBug]:
-        B, T = tgt.shape
-        grid = lambda m: _grid(m, B, T, T)  # noqa: E731
-        keys, future = padding_mask(tgt, pad), causal_mask(T)
-        wrong_diagonals = {"causal_peeks_ahead", "causal_hides_self", "mask_transposed"}
-        return [bug for bug in _causal_bugs(T, lambda m: grid(m & keys)) if bug.check in wrong_diagonals] + [
-            KnownBug("mask_polarity", "True marks what must be hidden: the mask is the wrong way round",
-                     "True means 'may attend': padding_mask(tgt, pad_id) & causal_mask(T)",
-                     lambda: grid(~target_mask(tgt, pad))),
-            KnownBug("no_causal_mask", "the mask has no causal part: every position sees the tokens it must predict",
-                     "AND the padding mask with causal_mask(T): padding_mask(tgt) & causal_mask(T)",
-                     lambda: grid(pitfalls.padding_only_target_mask(tgt, pad))),
-            KnownBug("no_padding_mask", "the mask has no padding part. With right padding the causal part hides "
-                     "every pad from every real query, so nothing leaks there; with left padding real tokens "
-                     "attend to the pads before them",
-                     "AND in padding_mask(tgt, pad_id)", lambda: grid(future)),
-            KnownBug("keys_masked_not_queries", "the padding part hides padded queries instead of padded keys. With "
-                     "right padding the causal part hides the pads anyway, so real tokens are right; with left "
-                     "padding they attend to pads", "padding masks keys: (B, 1, 1, T), then AND causal_mask(T)",
-                     lambda: grid(pitfalls.query_side_padding_mask(tgt, pad) & future)),
-            KnownBug("pad_id_ignored", "the mask ignores pad_id (it looks for 0)", "compare with pad_id, not 0",
-                     lambda: grid(target_mask(tgt, 0)) if pad != 0 else None),
-        ]
-
-    def dtype_and_shape() -> None:
-        for index in range(len(TARGET_CASES)):
-            case(index)
-
-    def compared(index: int) -> Case:
-        tgt, pad, mask, example = case(index)
-        B, T = tgt.shape
-        return _grid(mask, B, T, T), _grid(target_mask(tgt, pad), B, T, T), example, bugs(tgt, pad)
+    cases = _TokenMaskCases(fn, TARGET_CASES, "your target mask", target_mask, _target_bugs)
 
     def matches_reference() -> None:
-        expect_cases_close((lambda i=i: compared(i) for i in range(len(TARGET_CASES))), check="matches_reference",
-                           message="as attention sees it (broadcast to (B, T, T)), the mask differs from target_mask",
-                           hint="padding_mask(tgt, pad_id) & causal_mask(T)")
+        cases.matches_reference("as attention sees it (broadcast to (B, T, T)), the mask differs from target_mask",
+                                "padding_mask(tgt, pad_id) & causal_mask(T)")
 
     def causal_and_padding_invariant() -> None:
         for index in (1, len(TARGET_CASES) - 1):
-            tgt, pad, mask, example = case(index)
+            tgt, pad, mask, example = cases.case(index)
             x = inputs(*tgt.shape, 4, seed=index)
             example += "\n" + fmt_inputs(x=x)
             property_check("causality", lambda: check_causal(_attention_through(mask), x), example=example,
@@ -286,7 +287,7 @@ def grade_target_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
                            hint="with the mask, real tokens must not read anything from pads")
 
     with grading:
-        grading.check("returns a boolean mask that broadcasts to (B, H, T, T)", dtype_and_shape, gate=True)
+        grading.check("returns a boolean mask that broadcasts to (B, H, T, T)", cases.dtype_and_shape, gate=True)
         grading.check("equals target_mask (padding AND causal), right- and left-padded", matches_reference)
         grading.check("attention under it is causal and ignores the pads (transformer_lib.checks)",
                       causal_and_padding_invariant)
