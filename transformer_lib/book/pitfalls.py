@@ -60,8 +60,6 @@ __all__ = [
     "padding_waste_by_sort_key",
 ]
 
-Attention = Callable[..., tuple[Tensor, Tensor]]
-
 
 def _scores(query: Tensor, key: Tensor) -> Tensor:
     return query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., T, L)

@@ -17,7 +17,6 @@ Identifiers name the bug when the wrong output matches a known one (``"no_scalin
 
 from __future__ import annotations
 
-import math
 import textwrap
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -290,12 +289,6 @@ def fmt_inputs(**tensors: Any) -> str:
     return "\n".join(lines)
 
 
-def describe(t: Tensor) -> str:
-    """Shape and dtype, and the values when the tensor is small enough to read."""
-    text = f"shape {tuple(t.shape)}, dtype {str(t.dtype).replace('torch.', '')}"
-    return text + ("\n" + fmt(t) if t.numel() <= 40 else "")
-
-
 @dataclass(frozen=True)
 class KnownBug:
     """A wrong answer the grader can name: its identifier, what it is, how to fix it, and its output
@@ -307,27 +300,18 @@ class KnownBug:
     output: Callable[[], Tensor | None]
 
 
-def recognise(got: Tensor, bugs: Iterable[KnownBug], matches: Callable[[Tensor, Tensor], bool] = close) -> KnownBug | None:
-    """The first known bug whose output equals ``got``, if any."""
-    for bug in bugs:
-        try:
-            candidate = bug.output()
-        except Exception:
-            continue
-        if candidate is not None and matches(got, candidate):
-            return bug
-    return None
+def _output(bug: KnownBug) -> Tensor | None:
+    try:
+        return bug.output()
+    except Exception:  # a known bug that cannot be computed on this input does not apply to it
+        return None
 
 
 def expect_close(got: Tensor, expected: Tensor, *, check: str, message: str, example: str, hint: str = "",
-                 bugs: Iterable[KnownBug] = (), rtol: float = 1e-4, atol: float = 1e-5) -> None:
-    """Raise :class:`Problem` unless ``got`` equals ``expected``, naming the bug ``got`` matches, if one does."""
-    if close(got, expected, rtol, atol):
-        return
-    bug = recognise(got, bugs, lambda a, b: close(a, b, rtol, atol))
-    if bug is not None:
-        check, message, hint = bug.check, bug.message, bug.hint
-    raise Problem(check, message, example=example, expected=fmt(expected), got=fmt(got), hint=hint)
+                 rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """Raise :class:`Problem` unless ``got`` equals ``expected`` (see :func:`close`)."""
+    if not close(got, expected, rtol, atol):
+        raise Problem(check, message, example=example, expected=fmt(expected), got=fmt(got), hint=hint)
 
 
 Case = tuple[Tensor, Tensor, str, list[KnownBug]]  # (got, expected, example, known bugs)
@@ -335,7 +319,7 @@ Case = tuple[Tensor, Tensor, str, list[KnownBug]]  # (got, expected, example, kn
 
 def expect_cases_close(cases: Iterable[Callable[[], Case]], *, check: str, message: str, hint: str = "",
                        rtol: float = 1e-4, atol: float = 1e-5) -> None:
-    """:func:`expect_close` over cases ordered smallest first: the first case that differs is the one
+    """``got == expected`` (:func:`close`) over cases ordered smallest first: the first case that differs is the one
     shown, and a known bug is named only if it matches the reader's output on *every* case it
     applies to (a 2x2 causal mask cannot tell "sees the next key" from "sees every key"; 3x3 can).
 
@@ -356,7 +340,8 @@ def expect_cases_close(cases: Iterable[Callable[[], Case]], *, check: str, messa
     got, expected, example, bugs = failing[0]
     matches = lambda a, b: close(a, b, rtol, atol)  # noqa: E731
     for bug in bugs:
-        if recognise(got, [bug], matches) and _matches_everywhere(bug.check, done, matches):
+        candidate = _output(bug)
+        if candidate is not None and matches(got, candidate) and _matches_everywhere(bug.check, done, matches):
             check, message, hint = bug.check, bug.message, bug.hint
             break
     raise Problem(check, message, example=example, expected=fmt(expected), got=fmt(got), hint=hint)
@@ -367,13 +352,7 @@ def _matches_everywhere(check: str, cases: list[Case], matches: Callable[[Tensor
     in every case where it applies?"""
     applied = False
     for got, _, _, bugs in cases:
-        candidates = []
-        for bug in (b for b in bugs if b.check == check):
-            try:
-                candidates.append(bug.output())
-            except Exception:
-                continue
-        candidates = [c for c in candidates if c is not None]
+        candidates = [c for c in (_output(b) for b in bugs if b.check == check) if c is not None]
         if not candidates:
             continue
         if not any(matches(got, c) for c in candidates):
