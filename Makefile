@@ -18,11 +18,11 @@ PYTEST_WORKERS ?= 2
 
 setup: $(STAMP)
 
+# requirements.txt installs this checkout (editable) with its [book] and [site] extras, and the test tools.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 # -W: warnings are errors; -n: nit-picky (every reference must resolve); --keep-going: report all.

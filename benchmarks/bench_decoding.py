@@ -37,8 +37,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from common import side_by_side, sync, timed  # noqa: E402
-from transformer_lib.decoding import beam_search, greedy_decode  # noqa: E402
-from transformer_lib.model import Transformer, TransformerConfig  # noqa: E402
+from transformer_lib.beam_search import beam_search  # noqa: E402
+from transformer_lib.decoding import greedy_decode  # noqa: E402
+from transformer_lib.model import Transformer  # noqa: E402
+from transformer_lib.config import TransformerConfig  # noqa: E402
 
 # Multi30k with spaCy tokens and min_freq=2: 8,014 German and 6,191 English tokens (specials included).
 SRC_VOCAB, TGT_VOCAB = 8014, 6191
@@ -52,13 +54,13 @@ def test_set_lengths(data_dir: str | None, n: int) -> tuple[list[tuple[int, int]
     if folder and (Path(folder) / "test_2016_flickr.de.gz").exists():
         import gzip
 
-        from transformer_lib.vocab import tokenizer
+        from transformer_lib.tokenizers import word_splitter
 
         lines = {
             lang: gzip.open(Path(folder) / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
             for lang in ("de", "en")
         }
-        de, en = tokenizer("de"), tokenizer("en")
+        de, en = word_splitter("de"), word_splitter("en")
         pairs = [(len(de(s)) + 1, len(en(t)) + 1) for s, t in zip(lines["de"], lines["en"])]
         return pairs[:n], "Multi30k test_2016_flickr (spaCy tokens)"
     g = torch.Generator().manual_seed(0)
@@ -82,7 +84,7 @@ def length_table(model: Transformer, device: torch.device, batch_size: int, leng
     g = torch.Generator().manual_seed(0)
     src, src_mask = random_sources([13] * batch_size, model.config.src_vocab_size, device, g)
     for n in lengths:
-        kwargs = dict(max_len=n, bos_id=BOS, eos_id=UNREACHABLE_EOS, pad_id=PAD)
+        kwargs = dict(max_new_tokens=n, bos_id=BOS, eos_id=UNREACHABLE_EOS, pad_id=PAD)
         t = side_by_side(
             {
                 "cached": lambda: greedy_decode(model, src, src_mask, **kwargs),
@@ -109,7 +111,7 @@ def test_set_run(model: Transformer, device: torch.device, batch_size: int, pair
     mean_ref = statistics.mean(t for _, t in pairs)
 
     def decode(method: str, src: torch.Tensor, src_mask: torch.Tensor, n: int) -> None:
-        kwargs = dict(max_len=n, bos_id=BOS, eos_id=UNREACHABLE_EOS, pad_id=PAD)
+        kwargs = dict(max_new_tokens=n, bos_id=BOS, eos_id=UNREACHABLE_EOS, pad_id=PAD)
         if method == "cached":
             greedy_decode(model, src, src_mask, **kwargs)
         elif method == "uncached":
@@ -136,7 +138,7 @@ def test_set_run(model: Transformer, device: torch.device, batch_size: int, pair
 
 
 def checkpoint_run(path: str, data_dir: str | None, device: torch.device, batch_size: int, beam: int, limit: int | None) -> None:
-    from transformer_lib.translate import Translator, read_multi30k_split
+    from transformer_lib.translator import Translator, read_multi30k_split
     from transformer_lib.evaluation import bleu_scores
 
     translator = Translator.from_checkpoint(path, device=device)
@@ -153,7 +155,7 @@ def checkpoint_run(path: str, data_dir: str | None, device: torch.device, batch_
             chunk = order[start : start + batch_size]
             src, src_mask = translator.encode([sources[i] for i in chunk])
             max_len = min(translator.model.config.max_len, src.size(1) + 50)
-            kwargs = dict(max_len=max_len, bos_id=translator.tgt_vocab.bos_id, eos_id=translator.tgt_vocab.eos_id,
+            kwargs = dict(max_new_tokens=max_len, bos_id=translator.tgt_vocab.bos_id, eos_id=translator.tgt_vocab.eos_id,
                           pad_id=translator.tgt_vocab.pad_id)
             if beam_size == 1:
                 fn = lambda: greedy_decode(translator.model, src, src_mask, **kwargs, use_cache=use_cache)  # noqa: E731

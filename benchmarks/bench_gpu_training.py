@@ -56,9 +56,12 @@ from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
 from transformer_lib.prepared import PreparedTranslation  # noqa: E402
 from transformer_lib.device import default_device  # noqa: E402
 from transformer_lib.masking import causal_mask, padding_mask, to_torch_blocked  # noqa: E402
-from transformer_lib.model import Transformer, TransformerConfig, count_parameters  # noqa: E402
+from transformer_lib.model import Transformer, count_parameters  # noqa: E402
+from transformer_lib.config import TransformerConfig  # noqa: E402
 from transformer_lib.reference import TorchTransformer  # noqa: E402
-from transformer_lib.training import autocast_context, label_smoothed_cross_entropy, make_optimizer  # noqa: E402
+from transformer_lib.device import autocast_context  # noqa: E402
+from transformer_lib.losses import label_smoothed_cross_entropy  # noqa: E402
+from transformer_lib.trainer import make_optimizer  # noqa: E402
 
 # Multi30k with spaCy tokens and min_freq=2: 8,014 German and 6,191 English tokens (specials included).
 SRC_VOCAB, TGT_VOCAB = 8014, 6191
@@ -255,7 +258,7 @@ class TorchTransformerForTraining(TorchTransformer):
             tgt_mask=future_blocked, src_key_padding_mask=src_blocked, tgt_key_padding_mask=tgt_blocked,
             memory_key_padding_mask=src_blocked, tgt_is_causal=True,
         )  # (B, T, D)
-        return self.generator(hidden)  # (B, T, V_tgt)
+        return self.output_layer(hidden)  # (B, T, V_tgt)
 
 
 # --- the run -----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
    reversed exactly (teacher-forced exact match, which equals greedy-decoding exact match), for our
    model and for ``nn.Transformer`` of the same size, with the same embeddings, positional
    encodings and tied output layer around it, the same data, initialisation scheme, optimizer,
-   schedule, loss and evaluation (the same :class:`~transformer_lib.training.Trainer` updates).
+   schedule, loss and evaluation (the same :class:`~transformer_lib.trainer.Trainer` updates).
    Only the encoder-decoder stack differs. The settings are the CLI's (``python -m
    transformer_lib.train --task reverse``). The two runs are interleaved update by update, each
    on its own clock, so that load on a shared machine hits both alike. Target: ours at least as
@@ -58,9 +58,12 @@ from transformer_lib.dropout import Dropout  # noqa: E402
 from transformer_lib.toy_tasks import toy_task, toy_vocab  # noqa: E402
 from transformer_lib.embeddings import SinusoidalPositionalEncoding, TokenEmbedding  # noqa: E402
 from transformer_lib.masking import padding_mask, to_torch_blocked  # noqa: E402
-from transformer_lib.model import Transformer, TransformerConfig, count_parameters, init_parameters  # noqa: E402
-from transformer_lib.train import DEFAULTS, _model_overrides  # noqa: E402
-from transformer_lib.training import Trainer, TrainConfig, evaluate  # noqa: E402
+from transformer_lib.model import Transformer, count_parameters, init_parameters  # noqa: E402
+from transformer_lib.config import TransformerConfig  # noqa: E402
+from transformer_lib.cli.options import RunConfig  # noqa: E402
+from transformer_lib.cli.profiles import DEFAULTS  # noqa: E402
+from transformer_lib.trainer import Trainer, TrainConfig  # noqa: E402
+from transformer_lib.metrics import evaluate  # noqa: E402
 
 # The headline run's data and batch (transformer_lib.train, --task multi30k --profile full).
 HEADLINE = DEFAULTS["multi30k"]["full"]
@@ -69,8 +72,8 @@ HEADLINE = DEFAULTS["multi30k"]["full"]
 class TorchTransformerBaseline(nn.Module):
     """``torch.nn.Transformer`` inside the same embeddings, positions and tied output layer as ours.
 
-    It offers our model's training interface (``make_masks`` and ``forward(src, tgt_in, src_mask,
-    tgt_mask)``), so the same :class:`Trainer` trains both. Masks are converted to PyTorch's
+    It offers our model's training interface (``make_masks`` and ``forward(src, tgt_in)``, masks built
+    inside when not given), so the same :class:`Trainer` trains both. Masks are converted to PyTorch's
     polarity (``True`` = blocked) with :func:`transformer_lib.masking.to_torch_blocked`. Its
     dropout, in the layers and on the embeddings, is PyTorch's ``nn.Dropout``.
     """
@@ -93,17 +96,20 @@ class TorchTransformerBaseline(nn.Module):
             num_decoder_layers=c.n_decoder_layers, dim_feedforward=c.d_ff, dropout=c.dropout,
             activation=c.activation, layer_norm_eps=c.layer_norm_eps, batch_first=True, norm_first=c.norm_first,
         )
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.output_layer = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         init_parameters(self)  # the same scheme as ours (nn.Transformer's packed in_proj stays Xavier)
         if c.tie_output:
-            self.generator.weight = self.tgt_embed.weight
+            self.output_layer.weight = self.tgt_embed.weight
 
     def make_masks(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
         """Key padding masks ``(B, S)``, ``(B, T)`` in PyTorch's polarity."""
         pad = self.config.pad_id
         return to_torch_blocked(padding_mask(src, pad))[:, 0, 0, :], to_torch_blocked(padding_mask(tgt, pad))[:, 0, 0, :]
 
-    def forward(self, src: Tensor, tgt: Tensor, src_key_padding: Tensor, tgt_key_padding: Tensor) -> Tensor:
+    def forward(self, src: Tensor, tgt: Tensor, src_key_padding: Tensor | None = None,
+                tgt_key_padding: Tensor | None = None) -> Tensor:
+        if src_key_padding is None or tgt_key_padding is None:
+            src_key_padding, tgt_key_padding = self.make_masks(src, tgt)
         T = tgt.size(1)
         causal = torch.ones(T, T, dtype=torch.bool, device=tgt.device).triu(1)  # True = blocked (the future)
         h = self.transformer(
@@ -112,7 +118,7 @@ class TorchTransformerBaseline(nn.Module):
             tgt_mask=causal, src_key_padding_mask=src_key_padding, tgt_key_padding_mask=tgt_key_padding,
             memory_key_padding_mask=src_key_padding, tgt_is_causal=True,
         )  # (B, T, D)
-        return self.generator(h)  # (B, T, V)
+        return self.output_layer(h)  # (B, T, V)
 
 
 MODELS = {"ours": Transformer, "nn.Transformer": TorchTransformerBaseline}
@@ -125,7 +131,6 @@ class PackedProjections(MultiHeadAttention):
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        self.check_inputs(query, key, value)
         width = self.n_heads * self.d_k
         projections = (self.q_proj, self.k_proj, self.v_proj)
         if query is key and key is value:  # self-attention: one product for q, k and v
@@ -170,7 +175,7 @@ def reverse_to_100(quick: bool, device: torch.device, seed: int = 0) -> list[dic
     if quick:
         s.update(max_steps=60)
     train, heldout = toy_task("reverse", s["n_train"], s["n_heldout"], n_symbols=s["n_symbols"],
-                              min_len=s["min_len"], max_len=s["max_len"], seed=0)
+                              shortest=s["shortest"], longest=s["longest"], seed=0)
     vocab = toy_vocab(s["n_symbols"])
     heldout_loader = make_loader(heldout, 1000, shuffle=False)
     runs: dict[str, dict[str, Any]] = {}
@@ -268,8 +273,8 @@ def throughput(quick: bool, device: torch.device, batch_size: int, breakdown: bo
     models = {**MODELS, **({"ours, packed q/k/v": packed_transformer} if packed else {})}
     for name, cls in models.items():
         torch.manual_seed(0)
-        config = TransformerConfig.from_preset(HEADLINE["preset"], src_vocab_size=vocab_size, tgt_vocab_size=vocab_size,
-                                               **_model_overrides(HEADLINE))  # as the run builds it: shared, tied
+        run = RunConfig.from_dict({**HEADLINE, "task": "multi30k", "profile": "full"})
+        config = run.model_config(vocab_size, vocab_size, pad_id=0)  # as the run builds it: shared, tied
         trainers[name] = Trainer(cls(config), batches, TrainConfig(epochs=1000, warmup_steps=100, progress=False), device=device)
     if packed:  # the experiment computes what ours does (same seed, same weights), up to rounding
         same, other = (trainers[name].model.eval() for name in ("ours", "ours, packed q/k/v"))

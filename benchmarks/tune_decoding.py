@@ -24,9 +24,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from transformer_lib.translate import LENGTH_PENALTY, Translator, evaluate_bleu, read_multi30k_split  # noqa: E402
+from transformer_lib.translator import LENGTH_PENALTY, Translator, evaluate_bleu, read_multi30k_split  # noqa: E402
 
-DEFAULT_BEAM = 4  # what `python -m transformer_lib.train` and `translate --eval` report
+DEFAULT_BEAM = 4  # what `python -m transformer_lib.cli.train` and `translate --eval` report
 
 
 def score(translator: Translator, pairs: list[tuple[str, str]], beam: int, alpha: float) -> dict[str, Any]:

@@ -1,10 +1,12 @@
-"""Every bad input of issue 14, one case each: the exit status or exception type, and a message
-that names the problem. Command-line cases also check that the error is one line, without a
-traceback, and that a run which never started leaves no output folder behind."""
+"""Every bad input of issue 14, one case each: the exit status or exception type, and the values the
+message names (the offending value, the option or setting, the limit), not its wording. Command-line
+cases also check that the error is one line, without a traceback, and that a run which never started
+leaves no output folder behind."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,17 +14,22 @@ from pathlib import Path
 
 import pytest
 import torch
+from errors import raises
 
-from transformer_lib import train, translate
-from transformer_lib.multi30k import MULTI30K_SHA256
-from transformer_lib.vocab import Vocab
-from transformer_lib.decoding import beam_search, greedy_decode, sample, sampling_distribution
-from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import TrainConfig, Trainer
+from transformer_lib.beam_search import beam_search
 from transformer_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from transformer_lib.translate import TranslationError, Translator
+from transformer_lib.cli import train, translate
+from transformer_lib.cli.common import DEBUG_ENV
+from transformer_lib.config import TransformerConfig
+from transformer_lib.decoding import greedy_decode, sample, sampling_distribution
+from transformer_lib.model import Transformer
+from transformer_lib.multi30k import MULTI30K_SHA256
+from transformer_lib.tokenizers import WordTokenizer
+from transformer_lib.trainer import TrainConfig, Trainer
+from transformer_lib.translator import TranslationError, Translator
+from transformer_lib.vocab import Vocab
 
-TOY = ["--task", "reverse", "--n-train", "200", "--n-heldout", "20", "--max-len", "4", "--no-progress", "--device", "cpu"]
+TOY = ["--task", "reverse", "--n-train", "200", "--n-heldout", "20", "--longest", "4", "--no-progress", "--device", "cpu"]
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 
 
@@ -60,27 +67,28 @@ def run_copy(trained: Path, tmp_path: Path) -> Path:
 # --- 1. The trainer's options: one line, exit 2, no folder left behind -----------------------------
 
 TRAIN_OPTIONS = [
-    (["--batch-size", "0"], ["--batch-size", "at least 1", "0"]),
-    (["--lr", "-1"], ["--lr", "> 0", "-1"]),
-    (["--lr", "inf"], ["--lr", "finite", "inf"]),
-    (["--lr", "nan"], ["--lr", "finite", "nan"]),
+    (["--batch-size", "0"], ["--batch-size", ">= 1", "0"]),
+    (["--lr", "-1"], ["--lr", "(0, inf)", "-1"]),
+    (["--lr", "inf"], ["--lr", "inf"]),
+    (["--lr", "nan"], ["--lr", "nan"]),
     (["--dropout", "1.5"], ["--dropout", "[0, 1)", "1.5"]),
     (["--label-smoothing", "1.0"], ["--label-smoothing", "[0, 1)", "1.0"]),
     (["--clip-norm", "-1"], ["--clip-norm", "-1"]),
-    (["--weight-decay", "-0.1"], ["--weight-decay", ">= 0", "-0.1"]),
+    (["--weight-decay", "-0.1"], ["--weight-decay", "[0, inf)", "-0.1"]),
     (["--target-exact-match", "2"], ["--target-exact-match", "(0, 1]", "2"]),
-    (["--max-steps", "0"], ["--max-steps", "at least 1"]),
-    (["--epochs", "0"], ["--epochs", "at least 1"]),
-    (["--checkpoint-every", "0"], ["--checkpoint-every", "at least 1"]),
-    (["--warmup", "0"], ["--warmup", "at least 1"]),
-    (["--device", "tpu9"], ["--device tpu9", "not a device"]),
+    (["--max-steps", "0"], ["--max-steps", ">= 1", "0"]),
+    (["--epochs", "0"], ["--epochs", ">= 1", "0"]),
+    (["--checkpoint-every", "0"], ["--checkpoint-every", ">= 1", "0"]),
+    (["--warmup-steps", "0"], ["--warmup-steps", ">= 1", "0"]),
+    (["--longest", "0"], ["--longest", ">= 1", "0"]),
+    (["--device", "tpu9"], ["--device tpu9"]),
     (["--prepare-only"], ["--prepare-only", "reverse"]),
-    (["--data", "somewhere.pt"], ["--data", "toy tasks"]),
+    (["--data", "somewhere.pt"], ["--data", "reverse"]),
     (["--tokenizer", "bpe"], ["--tokenizer", "reverse"]),
     (["--vocab-size", "8000"], ["--vocab-size", "reverse"]),
-    (["--norm", "middle"], ["--norm", "invalid choice", "'middle'"]),
-    (["--batch-size", "abc"], ["--batch-size", "invalid int value", "'abc'"]),
-    (["--schedule", "linear"], ["--schedule", "invalid choice", "'linear'"]),
+    (["--norm-first", "middle"], ["middle"]),
+    (["--batch-size", "abc"], ["--batch-size", "'abc'"]),
+    (["--schedule", "linear"], ["--schedule", "'linear'"]),
 ]
 
 
@@ -95,21 +103,21 @@ def test_train_rejects_a_bad_option_in_one_line(tmp_path: Path, capsys, options:
 @NO_CUDA
 def test_train_device_cuda_without_a_gpu(tmp_path: Path, capsys) -> None:
     code, err = run(train.cli, [*TOY, "--out", str(tmp_path / "x"), "--device", "cuda"], capsys)
-    assert_one_line_error(code, err, "--device cuda", "no CUDA GPU", "--device cpu")
+    assert_one_line_error(code, err, "--device cuda", "CUDA")
 
 
 def test_train_debug_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValueError, match="--batch-size must be at least 1"):
+    with raises(ValueError, "--batch-size", 0):
         train.cli([*TOY, "--out", str(tmp_path / "x"), "--batch-size", "0", "--debug"])
-    monkeypatch.setenv(translate.DEBUG_ENV, "1")
-    with pytest.raises(ValueError, match="--lr"):
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    with raises(ValueError, "--lr", -1):
         train.cli([*TOY, "--out", str(tmp_path / "x"), "--lr", "-1"])
 
 
 def test_the_module_command_line_exits_2_without_a_traceback(tmp_path: Path) -> None:
     for module, argv in (
-        ("transformer_lib.train", [*TOY, "--out", str(tmp_path / "x"), "--lr", "inf"]),
-        ("transformer_lib.translate", ["--checkpoint", str(tmp_path / "missing.pt"), "Hallo"]),
+        ("transformer_lib.cli.train", [*TOY, "--out", str(tmp_path / "x"), "--lr", "inf"]),
+        ("transformer_lib.cli.translate", ["--checkpoint", str(tmp_path / "missing.pt"), "Hallo"]),
     ):
         result = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=300)
         assert result.returncode == 2, result.stderr
@@ -158,7 +166,7 @@ def test_full_disk_keeps_the_previous_checkpoint(run_copy: Path, capsys, monkeyp
 
     monkeypatch.setattr(torch, "save", disk_full)
     code, err = run(train.cli, [*TOY, "--max-steps", "6", "--eval-every", "2", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, "could not write", "checkpoint.pt", "disk full")
+    assert_one_line_error(code, err, "checkpoint.pt")
     assert (run_copy / "checkpoint.pt").read_bytes() == before
     assert not list(run_copy.glob(".*.tmp"))
 
@@ -175,7 +183,7 @@ def test_a_second_run_into_a_locked_folder_is_refused(run_copy: Path, capsys) ->
     with open(run_copy / ".lock", "a+") as held:  # another run holds the folder
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, "another run", str(run_copy))
+    assert_one_line_error(code, err, str(os.getpid()), str(run_copy))
 
 
 def test_restart_moves_earlier_results_aside(run_copy: Path) -> None:
@@ -208,7 +216,7 @@ def test_resume_refuses_changed_settings_and_names_each(run_copy: Path, capsys) 
 
 def test_resume_refuses_fewer_steps_than_done(run_copy: Path, capsys) -> None:
     code, err = run(train.cli, [*TOY, "--max-steps", "2", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, "at step 4", "past the 2 steps")
+    assert_one_line_error(code, err, "step 4", "2 steps", "--max-steps")
 
 
 def test_resume_honours_more_steps(run_copy: Path) -> None:
@@ -216,23 +224,41 @@ def test_resume_honours_more_steps(run_copy: Path) -> None:
     assert metrics["resumed_from_step"] == 4 and metrics["steps"] == 6 and metrics["settings"]["max_steps"] == 6
 
 
-def test_resume_reads_checkpoints_with_the_old_setting_names(run_copy: Path, capsys) -> None:
-    """Checkpoints written before the settings took TrainConfig's names (warmup, average_last) still resume."""
+def test_a_misspelled_setting_in_a_checkpoint_is_an_error_not_ignored(run_copy: Path, capsys) -> None:
+    """The run's settings are a typed RunConfig: an unknown key (an old name, a typo) is refused by name."""
     checkpoint = load_checkpoint(run_copy / "checkpoint.pt")
     run_settings = dict(checkpoint["run"])
     run_settings["warmup"] = run_settings.pop("warmup_steps")
-    run_settings["average_last"] = run_settings.pop("keep_weights")
     save_checkpoint(run_copy / "checkpoint.pt", {**checkpoint, "run": run_settings})
-    code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy), "--warmup", "3"], capsys)
-    assert_one_line_error(code, err, f"--warmup 3 (the checkpoint has {run_settings['warmup']})")
-    metrics = train.main([*TOY, "--max-steps", "6", "--out", str(run_copy)])
-    assert metrics["resumed_from_step"] == 4 and metrics["steps"] == 6
-    assert metrics["settings"]["warmup_steps"] == run_settings["warmup"] and "warmup" not in metrics["settings"]
+    code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
+    assert_one_line_error(code, err, "'warmup'")
+
+
+def _as_format_1(checkpoint: dict) -> dict:
+    """A checkpoint as the first format wrote it: vocabularies, no tokenizers, the output layer's old name."""
+    old = {key: value for key, value in checkpoint.items() if key not in ("tokenizers", "checksum")}
+    old.update(format_version=1, src_vocab={"tokens": checkpoint["tokenizers"]["src"]["tokens"], "unk_token": "<unk>"},
+               tgt_vocab={"tokens": checkpoint["tokenizers"]["tgt"]["tokens"], "unk_token": "<unk>"},
+               model_state={name.replace("output_layer.", "generator."): value
+                            for name, value in checkpoint["model_state"].items()})
+    return old
+
+
+def test_a_format_1_checkpoint_translates_but_does_not_resume(run_copy: Path, capsys) -> None:
+    before = translate.main(["--checkpoint", str(run_copy / "checkpoint.pt"), "--device", "cpu", "1 2 3"])
+    expected = capsys.readouterr().out
+    old = _as_format_1(load_checkpoint(run_copy / "checkpoint.pt"))
+    assert "generator.weight" in old["model_state"]
+    torch.save(old, run_copy / "checkpoint.pt")  # no checksum, as the oldest files
+    assert before == translate.main(["--checkpoint", str(run_copy / "checkpoint.pt"), "--device", "cpu", "1 2 3"]) == 0
+    assert capsys.readouterr().out == expected
+    code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
+    assert_one_line_error(code, err, "checkpoint.pt", "format 1", "--restart")
 
 
 def test_resume_refuses_another_task(run_copy: Path, capsys) -> None:
     code, err = run(train.cli, ["--task", "copy", "--out", str(run_copy), "--no-progress"], capsys)
-    assert_one_line_error(code, err, "'reverse' run", "--task is 'copy'")
+    assert_one_line_error(code, err, "'reverse'", "--task", "'copy'")
 
 
 # --- 4. Non-finite training and corrupt checkpoints ------------------------------------------------
@@ -251,7 +277,7 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(run_copy: Path
 
     monkeypatch.setattr(Trainer, "train_step", poisoned)
     code, err = run(train.cli, [*TOY, "--max-steps", "8", "--eval-every", "2", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, "diverged", "NaN or infinite", "last good weights")
+    assert_one_line_error(code, err, "step", "NaN", "checkpoint.pt")
     assert (run_copy / "checkpoint.pt").read_bytes() == before
 
 
@@ -262,9 +288,9 @@ def test_a_corrupt_checkpoint_is_refused_by_resume_and_translate(run_copy: Path,
     data[middle : middle + 400] = bytes(b ^ 0xFF for b in data[middle : middle + 400])
     path.write_bytes(bytes(data))
     code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, str(path), "corrupt")
+    assert_one_line_error(code, err, str(path), "SHA-256")
     code, err = run(translate.main, ["--checkpoint", str(path), "--device", "cpu", "1 2 3"], capsys)
-    assert_one_line_error(code, err, str(path), "corrupt")
+    assert_one_line_error(code, err, str(path), "SHA-256")
 
 
 def test_a_changed_tensor_fails_the_checksum(trained: Path, tmp_path: Path) -> None:
@@ -272,43 +298,43 @@ def test_a_changed_tensor_fails_the_checksum(trained: Path, tmp_path: Path) -> N
     name = next(iter(checkpoint["model_state"]))
     checkpoint["model_state"][name].view(-1)[0] += 1.0  # one weight, checksum left as it was
     torch.save(checkpoint, tmp_path / "edited.pt")
-    with pytest.raises(CheckpointError, match="is corrupt"):
+    with raises(CheckpointError, "edited.pt", "SHA-256"):
         load_checkpoint(tmp_path / "edited.pt")
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "message"),
+    ("field", "value", "named"),
     [
-        ("max_len", 10**9, "max_len=1000000000 is more than"),
-        ("n_encoder_layers", 10**6, "n_encoder_layers=1000000 is more than"),
-        ("layer_norm_eps", -100.0, "layer_norm_eps must be a small positive number"),
-        ("dropout", "0.1", "dropout must be in"),
-        ("d_modle", 64, "unknown model config field"),
+        ("max_len", 10**9, ["max_len=1000000000", "65536"]),
+        ("n_encoder_layers", 10**6, ["n_encoder_layers=1000000", "128"]),
+        ("layer_norm_eps", -100.0, ["layer_norm_eps", "-100.0"]),
+        ("dropout", "0.1", ["dropout", "'0.1'"]),
+        ("d_modle", 64, ["'d_modle'"]),
     ],
 )
-def test_a_checkpoint_config_out_of_bounds_is_refused(trained: Path, tmp_path: Path, capsys, field, value, message) -> None:
+def test_a_checkpoint_config_out_of_bounds_is_refused(trained: Path, tmp_path: Path, capsys, field, value, named) -> None:
     checkpoint = load_checkpoint(trained / "checkpoint.pt")
     checkpoint["model_config"][field] = value
     save_checkpoint(tmp_path / "odd.pt", checkpoint)  # a valid file, with a valid checksum
     code, err = run(translate.main, ["--checkpoint", str(tmp_path / "odd.pt"), "--device", "cpu", "1 2"], capsys)
-    assert_one_line_error(code, err, message)
+    assert_one_line_error(code, err, "odd.pt", *named)
 
 
 def test_train_config_refuses_an_infinite_rate() -> None:
-    with pytest.raises(ValueError, match="lr must be a positive finite number, got inf"):
+    with raises(ValueError, "lr", "inf"):
         TrainConfig(epochs=1, schedule="constant", lr=float("inf"))
 
 
 # --- 5. The translator ----------------------------------------------------------------------------
 
 TRANSLATE_CASES = [
-    (["--beam", "0", "1 2"], ["--beam", "positive", "0"]),
-    (["--batch-size", "0", "1 2"], ["--batch-size", "positive", "0"]),
-    ([], ["give a sentence"]),
-    (["Ein Mann fährt Fahrrad."], ["sentence 1", "'reverse' task does not know", "'Ein'"]),
-    (["1 2 \udcff"], ["sentence 1", "not valid UTF-8"]),
-    (["--beam", "x", "1 2"], ["--beam", "invalid int value"]),
-    (["--device", "tpu9", "1 2"], ["--device tpu9", "not a device"]),
+    (["--beam-size", "0", "1 2"], ["--beam-size", ">= 1", "0"]),
+    (["--batch-size", "0", "1 2"], ["--batch-size", ">= 1", "0"]),
+    ([], ["--eval"]),
+    (["Ein Mann fährt Fahrrad."], ["sentence 1", "'Ein'", "0 1 2 3 4 5 6 7 8 9"]),
+    (["1 2 \udcff"], ["sentence 1", "UTF-8"]),
+    (["--beam-size", "x", "1 2"], ["--beam-size", "'x'"]),
+    (["--device", "tpu9", "1 2"], ["tpu9"]),
 ]
 
 
@@ -321,8 +347,8 @@ def test_translate_rejects_bad_input_in_one_line(trained: Path, capsys, argv: li
 @NO_CUDA
 def test_translate_device_cuda_without_a_gpu_is_not_called_a_bad_checkpoint(trained: Path, capsys) -> None:
     code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), "--device", "cuda", "1 2"], capsys)
-    assert_one_line_error(code, err, "no CUDA GPU")
-    assert "not a transformer_lib checkpoint" not in err
+    assert_one_line_error(code, err, "'cuda'")
+    assert "checkpoint" not in err
 
 
 @pytest.mark.parametrize("content", [None, b"PK\x03\x04 not a zip"], ids=["missing", "not-a-checkpoint"])
@@ -340,24 +366,24 @@ def translator(trained: Path) -> Translator:
 
 
 @pytest.mark.parametrize(
-    ("call", "error", "message"),
+    ("call", "error", "named"),
     [
-        (lambda t: t.translate(["1 2"], batch_size=-1), TranslationError, "batch size must be a positive integer, got -1"),
-        (lambda t: t.translate(["1 2"], batch_size=0), TranslationError, "batch size must be a positive integer, got 0"),
-        (lambda t: t.translate([None]), TranslationError, "sentence 1 is a NoneType"),
-        (lambda t: t.translate([]), TranslationError, "nothing to translate"),
-        (lambda t: t.translate(["1 2"], beam_size=0), TranslationError, "beam size must be a positive integer"),
-        (lambda t: t.translate(["   "]), TranslationError, "sentence 1 is empty"),
+        (lambda t: t.translate(["1 2"], batch_size=-1), TranslationError, ["batch_size", -1]),
+        (lambda t: t.translate(["1 2"], batch_size=0), TranslationError, ["batch_size", 0]),
+        (lambda t: t.translate([None]), TranslationError, ["sentence 1", "NoneType"]),
+        (lambda t: t.translate([]), TranslationError, []),
+        (lambda t: t.translate(["1 2"], beam_size=0), TranslationError, ["beam_size", 0]),
+        (lambda t: t.translate(["   "]), TranslationError, ["sentence 1"]),
     ],
     ids=["batch-negative", "batch-zero", "none", "no-sentences", "beam-zero", "blank"],
 )
-def test_translator_arguments(translator: Translator, call, error, message: str) -> None:
-    with pytest.raises(error, match=message):
+def test_translator_arguments(translator: Translator, call, error, named: list) -> None:
+    with raises(error, *named):
         call(translator)
 
 
 def test_translator_refuses_a_checkpoint_of_another_task(trained: Path) -> None:
-    with pytest.raises(TranslationError, match="trained on the 'reverse' task, not 'multi30k'"):
+    with raises(TranslationError, "'reverse'", "'multi30k'"):
         Translator.from_checkpoint(trained / "checkpoint.pt", task="multi30k")
 
 
@@ -367,7 +393,7 @@ def test_a_wide_beam_no_longer_ends_at_step_one(translator: Translator) -> None:
     eos = translator.tgt_vocab.eos_id
     assert not (translator.translate_ids(src, src_mask, beam_size=50)[:, 0] == eos).any()
     ids = dict(bos_id=translator.tgt_vocab.bos_id, eos_id=eos, pad_id=translator.tgt_vocab.pad_id)
-    unguarded = beam_search(translator.model, src, src_mask, beam_size=50, max_len=8, **ids)  # min_len=0
+    unguarded = beam_search(translator.model, src, src_mask, beam_size=50, max_new_tokens=8, **ids)  # min_len=0
     assert (unguarded.sequences[:, 0] == eos).any(), "the check must be able to fail"
 
 
@@ -375,8 +401,9 @@ def test_a_sentence_of_only_unknown_words_warns() -> None:
     pytest.importorskip("spacy")
     vocab = Vocab(["<pad>", "<unk>", "<bos>", "<eos>", "ein", "Mann"])
     model = Transformer(TransformerConfig.from_preset("tiny", src_vocab_size=len(vocab), tgt_vocab_size=len(vocab)))
-    translator = Translator(model.eval(), vocab, vocab, "multi30k", {"src_lang": "de", "tgt_lang": "en"})
-    with pytest.warns(UserWarning, match="sentence 1: every word is unknown.*'你好'"):
+    translator = Translator(model.eval(), WordTokenizer(vocab, "de"), WordTokenizer(vocab, "en"), "multi30k",
+                            {"src_lang": "de", "tgt_lang": "en"})
+    with pytest.warns(UserWarning, match="你好"):  # the warning names the word; its wording is free
         translator.source_ids(["你好 🙂"])
 
 
@@ -392,30 +419,30 @@ def model() -> Transformer:
 
 
 SRC = torch.tensor([[5, 6, 7, EOS]])
-IDS = dict(max_len=5, bos_id=BOS, eos_id=EOS, pad_id=PAD)
+IDS = dict(max_new_tokens=5, bos_id=BOS, eos_id=EOS, pad_id=PAD)
 
 
 @pytest.mark.parametrize(
-    ("call", "error", "message"),
+    ("call", "error", "named"),
     [
-        (lambda m: greedy_decode(m, SRC, None, **{**IDS, "eos_id": V}), ValueError, "eos_id=10 is outside the target vocabulary"),
-        (lambda m: greedy_decode(m, SRC, None, **{**IDS, "bos_id": 99}), ValueError, "bos_id=99 is outside"),
-        (lambda m: greedy_decode(m, SRC + 20, None, **IDS), ValueError, "token id 27, outside the source vocabulary"),
-        (lambda m: greedy_decode(m, SRC[:, :0], None, **IDS), ValueError, r"src is empty, shape \(1, 0\)"),
-        (lambda m: beam_search(m, SRC[:0], None, beam_size=2, **IDS), ValueError, r"src is empty, shape \(0, 4\)"),
-        (lambda m: greedy_decode(m, SRC, None, **IDS, min_len=-1), ValueError, "min_len must be an integer >= 0"),
-        (lambda m: m(SRC.to(torch.uint8), SRC), TypeError, "torch.long.*uint8"),
-        (lambda m: sample(m, SRC, None, **IDS, temperature=float("nan")), ValueError, "temperature"),
+        (lambda m: greedy_decode(m, SRC, None, **{**IDS, "eos_id": V}), ValueError, ["eos_id=10", "[0, 9]"]),
+        (lambda m: greedy_decode(m, SRC, None, **{**IDS, "bos_id": 99}), ValueError, ["bos_id=99", "[0, 9]"]),
+        (lambda m: greedy_decode(m, SRC + 20, None, **IDS), ValueError, ["src", 27, "[0, 9]"]),
+        (lambda m: greedy_decode(m, SRC[:, :0], None, **IDS), ValueError, ["src", "(1, 0)"]),
+        (lambda m: beam_search(m, SRC[:0], None, beam_size=2, **IDS), ValueError, ["src", "(0, 4)"]),
+        (lambda m: greedy_decode(m, SRC, None, **IDS, min_new_tokens=-1), ValueError, ["min_new_tokens", -1, ">= 0"]),
+        (lambda m: greedy_decode(m, SRC.to(torch.uint8), None, **IDS), TypeError, ["src", "torch.uint8"]),
+        (lambda m: sample(m, SRC, None, **IDS, temperature=float("nan")), ValueError, ["temperature", "nan"]),
     ],
     ids=["eos-outside", "bos-outside", "src-outside", "zero-length-source", "empty-batch", "min-len", "uint8", "nan-temperature"],
 )
-def test_decoding_arguments(model: Transformer, call, error, message: str) -> None:
-    with pytest.raises(error, match=message):
+def test_decoding_arguments(model: Transformer, call, error, named: list) -> None:
+    with raises(error, *named):
         call(model)
 
 
 def test_sampling_from_all_minus_infinity_is_refused() -> None:
-    with pytest.raises(ValueError, match="no distribution to sample from"):
+    with raises(ValueError, "-inf"):
         sampling_distribution(torch.full((2, 5), float("-inf")))
 
 
@@ -424,13 +451,16 @@ def test_a_nan_embedding_row_is_refused_not_decoded_to_padding(model: Transforme
     broken.load_state_dict(model.state_dict())
     with torch.no_grad():
         broken.src_embed.embedding.weight[5].fill_(float("nan"))
-    with pytest.raises(ValueError, match="NaN or infinite.*corrupt"):
-        greedy_decode(broken, SRC, None, **IDS)
+    for decode in (greedy_decode, sample):
+        with raises(ValueError, "NaN"):
+            decode(broken, SRC, None, **IDS)
+    with raises(ValueError, "NaN", "step 1"):
+        beam_search(broken, SRC, None, beam_size=2, **IDS)
 
 
 def test_train_bpe_vocabulary_smaller_than_the_specials(tmp_path: Path, capsys) -> None:
     out = tmp_path / "never"
     code, err = run(train.cli, ["--task", "multi30k", "--tokenizer", "bpe", "--vocab-size", "4", "--no-progress",
                                 "--device", "cpu", "--out", str(out)], capsys)
-    assert_one_line_error(code, err, "--vocab-size", "4 special tokens", "got 4")
+    assert_one_line_error(code, err, "--vocab-size", "4")
     assert not out.exists()

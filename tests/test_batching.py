@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from errors import raises
 
 from transformer_lib.batching import BucketBatchSampler, TranslationData, collate, make_loader, padding_waste
 from transformer_lib.multi30k import load_multi30k
 from transformer_lib.toy_tasks import toy_task
-from transformer_lib.vocab import tokenizer
+from transformer_lib.tokenizers import word_splitter
 
 FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"
 FIXTURE_SHA256 = {line.split()[1]: line.split()[0] for line in (FIXTURE / "SHA256SUMS").read_text().splitlines()}
@@ -49,13 +50,13 @@ def test_sampler_without_shuffle_keeps_order() -> None:
 def test_padding_waste_by_hand() -> None:
     # batch [0, 1]: lengths 3 and 5 -> 2 pads; batch [2]: none. 2 pads over 3 sequences.
     assert padding_waste([[0, 1], [2]], [3, 5, 4]) == pytest.approx(2 / 3)
-    with pytest.raises(ValueError, match="no batches"):
+    with raises(ValueError, "batches"):
         padding_waste([], [1])
 
 
 def test_bucketing_reduces_padding_waste_on_the_fixture() -> None:
     pairs = load_multi30k("train", FIXTURE, checksums=FIXTURE_SHA256)
-    lengths = [len(tokenizer("en")(target)) + 1 for _, target in pairs]
+    lengths = [len(word_splitter("en")(target)) + 1 for _, target in pairs]
     random_waste = padding_waste(BucketBatchSampler(lengths, 8, bucket=False, seed=0), lengths)
     bucket_waste = padding_waste(BucketBatchSampler(lengths, 8, bucket=True, seed=0), lengths)
     assert random_waste > 2.0  # the fixture's lengths vary (4 to 20 tokens)
@@ -63,7 +64,7 @@ def test_bucketing_reduces_padding_waste_on_the_fixture() -> None:
 
 
 def test_make_loader_batches_cover_the_data_and_leave_the_global_rng_alone() -> None:
-    train, _ = toy_task("copy", 200, 0, max_len=8)
+    train, _ = toy_task("copy", 200, 0, longest=8)
     loader = make_loader(train, 16, seed=0)
     state = torch.get_rng_state()
     batches = list(loader)
@@ -72,15 +73,21 @@ def test_make_loader_batches_cover_the_data_and_leave_the_global_rng_alone() -> 
     assert sum(b.n_tokens for b in batches) == sum(len(t) + 1 for t in train.tgt)
 
 
-@pytest.mark.parametrize(("call", "message"), [
-    (lambda: BucketBatchSampler([1, 2], 0), "batch_size"),
-    (lambda: BucketBatchSampler([], 4), "nothing to batch"),
-    (lambda: TranslationData([[1]], []), "pair up"),
-    (lambda: collate([]), "empty"),
+@pytest.mark.parametrize(("call", "named"), [
+    (lambda: BucketBatchSampler([1, 2], 0), ["batch_size", 0]),
+    (lambda: BucketBatchSampler([], 4), ["lengths"]),
+    (lambda: TranslationData([[1]], []), [1, 0]),
+    (lambda: collate([]), []),
+    (lambda: TranslationData([[4, 5]], [[9]]).check_ids(6, 8), ["tgt", 9, "[0, 7]"]),
+    (lambda: TranslationData([[4, -1]], [[5]]).check_ids(6, 8), ["src", -1, "[0, 5]"]),
 ])
-def test_batching_rejects_bad_input(call, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+def test_batching_rejects_bad_input(call, named: list) -> None:
+    with raises(ValueError, *named):
         call()
+
+
+def test_ids_inside_the_vocabularies_pass_the_check() -> None:
+    TranslationData([[0, 5], []], [[7], [1]]).check_ids(6, 8)
 
 
 def test_translation_data_dict_round_trip() -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from errors import raises
 from torch import nn
 
 from types import SimpleNamespace
 
+from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, Residual
 from transformer_lib.kv_cache import kv_cache
 from transformer_lib.masking import causal_mask, padding_mask, target_mask, to_torch_blocked
@@ -52,7 +54,7 @@ def test_residual_places_the_norm_before_or_after(norm_first: bool) -> None:
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_encoder_layer_matches_nn_transformer_encoder_layer(norm_first: bool, activation: str) -> None:
-    ours = EncoderLayer(16, 4, 32, activation=activation, norm_first=norm_first).eval()
+    ours = EncoderLayer(16, MultiHeadAttention(16, 4, 0.1), FeedForward(16, 32, 0.1, activation=activation), 0.1, norm_first=norm_first).eval()
     _randomise_norms(ours)
     theirs = torch_encoder_layer(ours).eval()
     src = torch.tensor([[3, 3, 3, 3, 0, 0], [3, 3, 3, 3, 3, 3], [3, 0, 0, 0, 0, 0]])
@@ -64,7 +66,7 @@ def test_encoder_layer_matches_nn_transformer_encoder_layer(norm_first: bool, ac
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_matches_nn_transformer_decoder_layer(norm_first: bool) -> None:
-    ours = DecoderLayer(16, 4, 32, norm_first=norm_first).eval()
+    ours = DecoderLayer(16, MultiHeadAttention(16, 4, 0.1), MultiHeadAttention(16, 4, 0.1), FeedForward(16, 32, 0.1), 0.1, norm_first=norm_first).eval()
     _randomise_norms(ours)
     theirs = torch_decoder_layer(ours).eval()
     src = torch.tensor([[3, 3, 3, 0, 0], [3, 3, 3, 3, 3]])
@@ -81,8 +83,8 @@ def test_decoder_layer_matches_nn_transformer_decoder_layer(norm_first: bool) ->
 
 
 def test_layers_return_per_head_attention_weights_on_request() -> None:
-    enc = EncoderLayer(8, 2, 16).eval()
-    dec = DecoderLayer(8, 2, 16).eval()
+    enc = EncoderLayer(8, MultiHeadAttention(8, 2, 0.1), FeedForward(8, 16, 0.1)).eval()
+    dec = DecoderLayer(8, MultiHeadAttention(8, 2, 0.1), MultiHeadAttention(8, 2, 0.1), FeedForward(8, 16, 0.1)).eval()
     x, memory = torch.randn(3, 4, 8), torch.randn(3, 6, 8)
     _, none = enc(x)
     _, w = enc(x, need_weights=True)
@@ -94,7 +96,7 @@ def test_layers_return_per_head_attention_weights_on_request() -> None:
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_stacks_add_a_final_norm_only_for_pre_ln(norm_first: bool) -> None:
-    layers = [EncoderLayer(8, 2, 16, norm_first=norm_first) for _ in range(2)]
+    layers = [EncoderLayer(8, MultiHeadAttention(8, 2, 0.1), FeedForward(8, 16, 0.1), 0.1, norm_first=norm_first) for _ in range(2)]
     final = nn.LayerNorm(8) if norm_first else None
     encoder = Encoder(layers, final_norm=final).eval()
     x = torch.randn(2, 3, 8)
@@ -107,10 +109,10 @@ def test_stacks_add_a_final_norm_only_for_pre_ln(norm_first: bool) -> None:
 
 
 def test_decoder_cache_steps_equal_the_full_pass() -> None:
-    decoder = Decoder([DecoderLayer(8, 2, 16, norm_first=True) for _ in range(2)], nn.LayerNorm(8)).eval()
+    decoder = Decoder([DecoderLayer(8, MultiHeadAttention(8, 2, 0.1), MultiHeadAttention(8, 2, 0.1), FeedForward(8, 16, 0.1), 0.1, norm_first=True) for _ in range(2)], nn.LayerNorm(8)).eval()
     x, memory = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
     full, _, _ = decoder(x, memory, tgt_mask=causal_mask(5))
-    with kv_cache(SimpleNamespace(decoder=decoder)) as cache:  # anything with .decoder.layers
+    with kv_cache(SimpleNamespace(decoder_layers=decoder.layers)) as cache:  # anything with .decoder_layers
         steps = [decoder(x[:, t : t + 1], memory)[0] for t in range(5)]
         assert cache.length == 5
     # summation order differs (one position vs all); 2 layers of sums of <= 16 terms: 2 * 2 * 16 * u * scale.
@@ -119,5 +121,5 @@ def test_decoder_cache_steps_equal_the_full_pass() -> None:
 
 
 def test_unknown_activation_is_named() -> None:
-    with pytest.raises(ValueError, match="'swish'"):
+    with raises(ValueError, "'swish'"):
         FeedForward(4, 8, activation="swish")

@@ -30,7 +30,7 @@ SETUP_CELL = f"""\
 try:
     import transformer_lib
 except ImportError:
-    %pip install --quiet "transformer_lib @ git+{REPO_URL}"
+    %pip install --quiet "transformer_lib[book] @ git+{REPO_URL}"
 """
 
 

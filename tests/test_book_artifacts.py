@@ -29,7 +29,7 @@ from transformer_lib.book.artifacts import (
 )
 from transformer_lib.evaluation import corpus_bleu
 from transformer_lib.multi30k import load_multi30k
-from transformer_lib.translate import Translator
+from transformer_lib.translator import Translator
 
 RESULTS = Path(__file__).resolve().parents[1] / "transformer_lib" / "book" / "runs"
 ARTIFACTS = RESULTS / "artifacts" / "multi30k_full.json"

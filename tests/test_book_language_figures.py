@@ -16,7 +16,8 @@ from transformer_lib.book.language_figures import (  # noqa: E402
     fill_in_table,
     narrow_panels,
 )
-from transformer_lib.masked_lm import MASK, EncoderOnlyTransformer, encoder_only_config  # noqa: E402
+from transformer_lib.masked_lm import MASK, EncoderOnlyTransformer
+from transformer_lib.config import TransformerConfig
 from transformer_lib.vocab import SPECIALS, Vocab  # noqa: E402
 
 
@@ -59,7 +60,7 @@ def test_attention_side_by_side_refuses_weights_that_do_not_fit_the_tokens() -> 
 
 def test_fill_in_table_hides_one_word_per_sentence_and_lists_guesses() -> None:
     vocab = Vocab([*SPECIALS, MASK, "a", "dog", "runs", "."])
-    model = EncoderOnlyTransformer(encoder_only_config("tiny", vocab_size=len(vocab), d_model=16, n_heads=2,
+    model = EncoderOnlyTransformer(TransformerConfig.encoder_only("tiny", vocab_size=len(vocab), d_model=16, n_heads=2,
                                                        n_encoder_layers=1, d_ff=32, max_len=16))
     sentences = [vocab.encode(["a", "dog", "runs", "."]), vocab.encode(["."])]
     table = fill_in_table(model, sentences, vocab, mask_id=vocab.token_to_id(MASK), top=2)

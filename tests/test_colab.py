@@ -142,11 +142,12 @@ def colab_view(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Wheels of what the library requires and Colab lacks, and of setuptools (the build backend)."""
+    """Wheels of what the library and its [book] extra require and Colab lacks, and of setuptools (the build backend)."""
     import tomllib
 
     folder = tmp_path_factory.mktemp("wheelhouse")
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + project["optional-dependencies"]["book"]  # the set-up cell installs [book]
     colab = _requirement_closure(list(COLAB_SHIPS))
     needed = _requirement_closure([Requirement(line).name for line in declared] + ["setuptools"])
     for name, dist in needed.items():

@@ -9,19 +9,22 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from errors import raises
 from torch import nn
 
 from transformer_lib.blocks import EncoderLayer
-from transformer_lib.checks import check_causal
+from transformer_lib.properties import assert_causal
 from transformer_lib.decoding import greedy_continue, sample_continue
 from transformer_lib.kv_cache import kv_cache
 from transformer_lib.masking import causal_mask, to_torch_blocked
-from transformer_lib.model import POSITIONAL, DecoderOnlyTransformer, TransformerConfig, count_parameters
+from transformer_lib.positions import POSITIONAL
+from transformer_lib.model import DecoderOnlyTransformer, count_parameters
+from transformer_lib.config import TransformerConfig
 from transformer_lib.reference import torch_encoder_layer
 
 V = 12
 PAD, BOS, EOS = 0, 2, 3
-NEVER = 10**6  # an <eos> the model cannot produce: generation runs to max_len
+NEVER = None  # no <eos>: generation runs to max_new_tokens
 
 
 def lm(positional: str = "sinusoidal", **overrides) -> DecoderOnlyTransformer:
@@ -32,7 +35,7 @@ def lm(positional: str = "sinusoidal", **overrides) -> DecoderOnlyTransformer:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_the_gpt_block_is_a_causal_encoder_layer(no_fastpath, norm_first: bool) -> None:
     model = lm(norm_first=norm_first).eval()
-    ours = model.decoder.layers[0]
+    ours = model.blocks.layers[0]
     assert type(ours) is EncoderLayer
     with torch.no_grad():
         for m in ours.modules():
@@ -54,7 +57,7 @@ def test_decoder_only_parameters_are_the_decoder_without_cross_attention() -> No
     feed_forward = D * d_ff + d_ff + d_ff * D + D
     layer = attention + feed_forward + 2 * (2 * D)  # two LayerNorms per layer: no cross-attention
     assert count_parameters(model) == V * D + N * layer + 2 * D  # + the final LayerNorm of Pre-LN
-    assert model.generator.weight is model.embed.weight
+    assert model.output_layer.weight is model.embed.weight
     assert not any("cross" in name for name, _ in model.named_parameters())
 
 
@@ -62,10 +65,10 @@ def test_decoder_only_parameters_are_the_decoder_without_cross_attention() -> No
 def test_decoder_only_model_is_causal(positional: str) -> None:
     model = lm(positional).eval()
     tokens = torch.randint(1, V, (3, 9))
-    check_causal(model, tokens, perturb=lambda x, g: torch.randint(1, V, x.shape, generator=g))
+    assert_causal(model, tokens, perturb=lambda x, g: torch.randint(1, V, x.shape, generator=g))
     # the default mask is causal: the check can fail without it
-    with pytest.raises(AssertionError, match="not causal"):
-        check_causal(lambda x: model(x, mask=torch.ones(1, 1, 9, 9, dtype=torch.bool)), tokens,
+    with raises(AssertionError, "position"):
+        assert_causal(lambda x: model(x, mask=torch.ones(1, 1, 9, 9, dtype=torch.bool)), tokens,
                      perturb=lambda x, g: torch.randint(1, V, x.shape, generator=g))
 
 
@@ -89,8 +92,8 @@ def test_cached_decoding_equals_the_full_pass(positional: str) -> None:
 def test_generation_with_the_cache_equals_generation_without(positional: str) -> None:
     model = lm(positional, norm_first=True)
     prompt = torch.randint(4, V, (3, 5))
-    cached = greedy_continue(model, prompt, max_len=8, eos_id=NEVER, pad_id=PAD)
-    uncached = greedy_continue(model, prompt, max_len=8, eos_id=NEVER, pad_id=PAD, use_cache=False)
+    cached = greedy_continue(model, prompt, max_new_tokens=8, eos_id=NEVER, pad_id=PAD)
+    uncached = greedy_continue(model, prompt, max_new_tokens=8, eos_id=NEVER, pad_id=PAD, use_cache=False)
     assert cached.shape == (3, 8) and torch.equal(cached, uncached)
     # ...and both equal the plainest loop: the whole sequence through forward, argmax of the last
     tokens = prompt
@@ -100,7 +103,7 @@ def test_generation_with_the_cache_equals_generation_without(positional: str) ->
     model.train()
     assert torch.equal(tokens[:, 5:], cached)
     draws = [
-        sample_continue(model, prompt, max_len=8, eos_id=NEVER, pad_id=PAD, top_k=5,
+        sample_continue(model, prompt, max_new_tokens=8, eos_id=NEVER, pad_id=PAD, top_k=5,
                         generator=torch.Generator().manual_seed(3), use_cache=use_cache)
         for use_cache in (True, False, True)
     ]
@@ -111,9 +114,9 @@ def test_generation_with_the_cache_equals_generation_without(positional: str) ->
 def test_generation_stops_each_row_at_its_eos() -> None:
     model = lm().eval()
     prompt = torch.randint(4, V, (4, 3))
-    free = greedy_continue(model, prompt, max_len=6, eos_id=NEVER, pad_id=PAD)
+    free = greedy_continue(model, prompt, max_new_tokens=6, eos_id=NEVER, pad_id=PAD)
     eos = int(free[0, 1])  # the token row 0 produces second: treat it as <eos>
-    out = greedy_continue(model, prompt, max_len=6, eos_id=eos, pad_id=PAD)
+    out = greedy_continue(model, prompt, max_new_tokens=6, eos_id=eos, pad_id=PAD)
     for row, generated in zip(free, out):
         hits = (row == eos).nonzero()
         end = int(hits[0]) + 1 if len(hits) else 6
@@ -156,27 +159,27 @@ def test_decoder_only_learns_to_continue_with_the_reversal() -> None:
     accuracy = (predicted[answer] == targets[answer]).float().mean().item()
     assert accuracy > 0.9, f"token accuracy {accuracy:.2f} after 300 steps"
     # and it answers by itself: greedy continuation of "x_1 .. x_n <bos>"
-    answers = greedy_continue(model, inputs[:, : n + 1], max_len=n + 1, eos_id=EOS, pad_id=PAD)
+    answers = greedy_continue(model, inputs[:, : n + 1], max_new_tokens=n + 1, eos_id=EOS, pad_id=PAD)
     correct = (answers == targets[:, n:]).all(dim=1).float().mean().item()
     assert correct > 0.6, f"{correct:.0%} of reversals right"
 
 
 def test_bad_input_and_config_are_named() -> None:
-    with pytest.raises(ValueError, match="n_encoder_layers=2.*TransformerConfig.decoder_only"):
+    with raises(ValueError, "n_encoder_layers=2", "TransformerConfig.decoder_only"):
         DecoderOnlyTransformer(TransformerConfig.from_preset("tiny", src_vocab_size=V, tgt_vocab_size=V))
-    with pytest.raises(ValueError, match="src_vocab_size=5, tgt_vocab_size=12"):
+    with raises(ValueError, "src_vocab_size=5", "tgt_vocab_size=12"):
         DecoderOnlyTransformer(TransformerConfig.from_preset("tiny", src_vocab_size=5, tgt_vocab_size=V, n_encoder_layers=0))
     model = lm()
     tokens = torch.randint(1, V, (2, 5))
-    with pytest.raises(ValueError, match="no encoder memory"):
+    with raises(ValueError, "memory"):
         model.decode(tokens, torch.randn(2, 3, 16))
-    with pytest.raises(ValueError, match=r"tokens must have shape \(B, L\), got \(5,\)"):
-        model(tokens[0])
-    with pytest.raises(ValueError, match=r"positions 0\.\.40 do not fit the positional table of max_len=40"):
+    with raises(ValueError, "0..40", "max_len=40"):
         model(torch.randint(1, V, (1, 41)))
-    with pytest.raises(ValueError, match="the prompt holds pad_id=0"):
-        greedy_continue(model, torch.tensor([[5, 6, 0]]), max_len=3, eos_id=EOS, pad_id=PAD)
-    with pytest.raises(ValueError, match=r"need 41 positions, more than the model's config.max_len=40; use max_len <= 38"):
-        greedy_continue(model, torch.full((1, 3), 5), max_len=39, eos_id=EOS, pad_id=PAD)
-    with pytest.raises(ValueError, match=r"prompt must be a \(B, P\) tensor"):
-        sample_continue(model, torch.full((3,), 5), max_len=3, eos_id=EOS, pad_id=PAD)
+    with raises(ValueError, "pad_id=0"):
+        greedy_continue(model, torch.tensor([[5, 6, 0]]), max_new_tokens=3, eos_id=EOS, pad_id=PAD)
+    with raises(ValueError, "max_new_tokens=39", 41, "config.max_len=40", "max_new_tokens <= 38"):
+        greedy_continue(model, torch.full((1, 3), 5), max_new_tokens=39, eos_id=EOS, pad_id=PAD)
+    with raises(ValueError, "prompt", "(3,)"):
+        sample_continue(model, torch.full((3,), 5), max_new_tokens=3, eos_id=EOS, pad_id=PAD)
+    with raises(ValueError, "prompt", V):
+        greedy_continue(model, torch.full((1, 3), V), max_new_tokens=3, eos_id=EOS, pad_id=PAD)

@@ -9,22 +9,20 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from errors import raises
 
+from transformer_lib.beam_search import beam_search, gnmt_length_penalty
 from transformer_lib.decoding import (
-    beam_search,
-    gnmt_length_penalty,
-    greedy_decode,
-    next_token_logits,
-    sample,
-    sampling_distribution,
+    greedy_decode, next_token_logits, sample, sampling_distribution
 )
 from transformer_lib.kv_cache import kv_cache
 from transformer_lib.masking import causal_mask
-from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.model import Transformer
+from transformer_lib.config import TransformerConfig
 
 PAD, BOS, EOS = 0, 2, 3
 V = 14  # 4 specials + 10 ordinary tokens
-NEVER = None  # no end token: decoding runs to max_len (<eos> is then a token like any other)
+NEVER = None  # no end token: decoding runs to max_new_tokens (<eos> is then a token like any other)
 
 CONFIGS = {
     "pre-LN": dict(norm_first=True),
@@ -85,8 +83,8 @@ def trained_model() -> Transformer:
     return model.eval()
 
 
-def decode_kwargs(max_len: int = 12, eos_id: int = EOS) -> dict:
-    return dict(max_len=max_len, bos_id=BOS, eos_id=eos_id, pad_id=PAD)
+def decode_kwargs(max_new_tokens: int = 12, eos_id: int = EOS) -> dict:
+    return dict(max_new_tokens=max_new_tokens, bos_id=BOS, eos_id=eos_id, pad_id=PAD)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -137,8 +135,8 @@ def test_cache_accepts_several_new_tokens_at_once() -> None:
 def test_greedy_with_cache_equals_greedy_without(seed: int, config: str) -> None:
     model = make_model(seed, **CONFIGS[config])
     src, src_mask = padded_batch(seed)
-    cached = greedy_decode(model, src, src_mask, **decode_kwargs(max_len=15, eos_id=NEVER))
-    uncached = greedy_decode(model, src, src_mask, **decode_kwargs(max_len=15, eos_id=NEVER), use_cache=False)
+    cached = greedy_decode(model, src, src_mask, **decode_kwargs(max_new_tokens=15, eos_id=NEVER))
+    uncached = greedy_decode(model, src, src_mask, **decode_kwargs(max_new_tokens=15, eos_id=NEVER), use_cache=False)
     assert cached.shape == (src.size(0), 15)
     assert torch.equal(cached, uncached)
     # ... and the logits along the decoded path agree to 1e-5 at every step.
@@ -229,7 +227,7 @@ def test_decoding_uses_eval_mode_and_restores_the_mode() -> None:
 def test_greedy_reaches_max_len_equal_to_the_positional_table() -> None:
     model = make_model(0)  # config.max_len = 32
     src, src_mask = padded_batch(0)
-    out = greedy_decode(model, src, src_mask, **decode_kwargs(max_len=32, eos_id=NEVER))
+    out = greedy_decode(model, src, src_mask, **decode_kwargs(max_new_tokens=32, eos_id=NEVER))
     assert out.shape == (src.size(0), 32)
 
 
@@ -243,8 +241,8 @@ def test_beam_width_one_is_greedy(seed: int, config: str) -> None:
     model = make_model(seed, **CONFIGS[config])
     src, src_mask = padded_batch(seed)
     for eos_id in (EOS, NEVER):
-        greedy = greedy_decode(model, src, src_mask, **decode_kwargs(max_len=15, eos_id=eos_id))
-        beam = beam_search(model, src, src_mask, beam_size=1, **decode_kwargs(max_len=15, eos_id=eos_id))
+        greedy = greedy_decode(model, src, src_mask, **decode_kwargs(max_new_tokens=15, eos_id=eos_id))
+        beam = beam_search(model, src, src_mask, beam_size=1, **decode_kwargs(max_new_tokens=15, eos_id=eos_id))
         assert torch.equal(beam.sequences, greedy)
 
 
@@ -283,7 +281,7 @@ def test_a_wide_beam_finds_the_best_sequence_by_brute_force(seed: int, alpha: fl
     model = make_model(seed, vocab_size=vocab_size)
     src = torch.tensor([[4, 5, 5, 4]])
     result = beam_search(
-        model, src, None, beam_size=200, max_len=max_len, bos_id=BOS, eos_id=EOS, pad_id=PAD,
+        model, src, None, beam_size=200, max_new_tokens=max_len, bos_id=BOS, eos_id=EOS, pad_id=PAD,
         length_penalty=alpha,
     )
     candidates = []
@@ -331,7 +329,7 @@ def test_batched_beam_search_matches_a_plain_reference(trained_model, model_kind
     model = trained_model if model_kind == "trained" else make_model(1)
     src, _ = reverse_batch(4, torch.Generator().manual_seed(9))
     src_mask = (src != PAD)[:, None, None, :]
-    result = beam_search(model, src, src_mask, beam_size=beam_size, **decode_kwargs(max_len=8))
+    result = beam_search(model, src, src_mask, beam_size=beam_size, **decode_kwargs(max_new_tokens=8))
     for b in range(src.size(0)):
         one_src = src[b : b + 1, : int((src[b] != PAD).sum())]
         expected = reference_beam_search(model, one_src, beam_size, max_len=8, alpha=0.6)
@@ -393,7 +391,7 @@ def test_seeded_sampling_is_reproducible_and_leaves_the_global_rng_alone() -> No
     src, src_mask = padded_batch(0)
 
     def draw(seed: int) -> torch.Tensor:
-        return sample(model, src, src_mask, **decode_kwargs(max_len=15), temperature=2.0,
+        return sample(model, src, src_mask, **decode_kwargs(max_new_tokens=15), temperature=2.0,
                       generator=torch.Generator().manual_seed(seed))
 
     state = torch.random.get_rng_state()
@@ -456,25 +454,29 @@ def test_sampled_token_frequencies_follow_the_distribution() -> None:
 
 
 @pytest.mark.parametrize(
-    "call, message",
+    "call, error, named",
     [
-        (lambda m, s: greedy_decode(m, s, None, **decode_kwargs(max_len=33)), "max_len=33.*config.max_len=32"),
-        (lambda m, s: greedy_decode(m, s, None, **decode_kwargs(max_len=0)), "max_len must be a positive integer"),
-        (lambda m, s: greedy_decode(m, s[0], None, **decode_kwargs()), r"src must be a \(B, S\) tensor"),
-        (lambda m, s: greedy_decode(m, s, None, max_len=5, bos_id=-1, eos_id=EOS, pad_id=PAD), "bos_id"),
-        (lambda m, s: beam_search(m, s, None, beam_size=0, **decode_kwargs()), "beam_size must be a positive integer"),
-        (lambda m, s: beam_search(m, s, None, beam_size=2, **decode_kwargs(), length_penalty=-1), "length_penalty"),
-        (lambda m, s: sample(m, s, None, **decode_kwargs(), temperature=0), "temperature.*greedy_decode"),
-        (lambda m, s: sample(m, s, None, **decode_kwargs(), top_k=0), "top_k"),
-        (lambda m, s: sample(m, s, None, **decode_kwargs(), top_p=1.5), "top_p"),
+        (lambda m, s: greedy_decode(m, s, None, **decode_kwargs(max_new_tokens=33)), ValueError,
+         ["max_new_tokens=33", "config.max_len=32"]),
+        (lambda m, s: greedy_decode(m, s, None, **decode_kwargs(max_new_tokens=0)), ValueError, ["max_new_tokens", 0]),
+        (lambda m, s: greedy_decode(m, s[0], None, **decode_kwargs()), ValueError, ["src", "(9,)"]),
+        (lambda m, s: greedy_decode(m, s.float(), None, **decode_kwargs()), TypeError, ["src", "torch.float32"]),
+        (lambda m, s: greedy_decode(m, s, None, max_new_tokens=5, bos_id=-1, eos_id=EOS, pad_id=PAD), ValueError,
+         ["bos_id", -1]),
+        (lambda m, s: beam_search(m, s, None, beam_size=0, **decode_kwargs()), ValueError, ["beam_size", 0]),
+        (lambda m, s: beam_search(m, s, None, beam_size=2, **decode_kwargs(), length_penalty=-1), ValueError,
+         ["length_penalty", -1]),
+        (lambda m, s: sample(m, s, None, **decode_kwargs(), temperature=0), ValueError, ["temperature", 0]),
+        (lambda m, s: sample(m, s, None, **decode_kwargs(), top_k=0), ValueError, ["top_k", 0]),
+        (lambda m, s: sample(m, s, None, **decode_kwargs(), top_p=1.5), ValueError, ["top_p", 1.5]),
     ],
-    ids=["max_len-too-long", "max_len-zero", "src-1d", "bad-id", "beam-zero", "alpha-negative",
-         "temperature-zero", "top_k-zero", "top_p-above-one"],
+    ids=["max_new_tokens-too-long", "max_new_tokens-zero", "src-1d", "src-float", "bad-id", "beam-zero",
+         "alpha-negative", "temperature-zero", "top_k-zero", "top_p-above-one"],
 )
-def test_bad_arguments_fail_with_a_clear_message(call, message: str) -> None:
+def test_bad_arguments_fail_naming_the_value(call, error, named) -> None:
     model = make_model(0)
     src, _ = padded_batch(0)
-    with pytest.raises(ValueError, match=message):
+    with raises(error, *named):
         call(model, src)
 
 

@@ -12,12 +12,14 @@ import math
 
 import pytest
 import torch
+from errors import raises
 import torch.nn.functional as F
 from torch import nn
 
 from transformer_lib.dropout import Dropout, dropout
-from transformer_lib.model import DecoderOnlyTransformer, Transformer, TransformerConfig
-from transformer_lib.masked_lm import EncoderOnlyTransformer, encoder_only_config
+from transformer_lib.model import DecoderOnlyTransformer, Transformer
+from transformer_lib.config import TransformerConfig
+from transformer_lib.masked_lm import EncoderOnlyTransformer
 
 N = 1_000_000
 
@@ -100,7 +102,7 @@ def test_any_layout_shape_and_float_dtype() -> None:
 
 @pytest.mark.parametrize("p", [-0.1, 1.5])
 def test_a_probability_outside_zero_one_is_refused_with_its_value(p: float) -> None:
-    with pytest.raises(ValueError, match=rf"\[0, 1\], got {p}"):
+    with raises(ValueError, "[0, 1]", p):
         dropout(torch.ones(3), p)
     with pytest.raises(ValueError):
         Dropout(p)  # nn.Dropout's own check
@@ -126,6 +128,6 @@ def test_every_dropout_in_the_models_is_ours(build: str) -> None:
     elif build == "decoder-only":
         model = DecoderOnlyTransformer(TransformerConfig.decoder_only("tiny", vocab_size=11))
     else:
-        model = EncoderOnlyTransformer(encoder_only_config("tiny", vocab_size=11))
+        model = EncoderOnlyTransformer(TransformerConfig.encoder_only("tiny", vocab_size=11))
     dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     assert dropouts and all(type(m) is Dropout for m in dropouts)

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from errors import raises
 
 from transformer_lib.embeddings import (
     LearnedPositionalEmbedding,
@@ -25,16 +26,12 @@ def test_token_embedding_is_a_scaled_lookup() -> None:
     torch.testing.assert_close(out, one_hot @ emb.weight * 4.0)  # a lookup is a one-hot matmul
 
 
-@pytest.mark.parametrize("bad", [torch.tensor([[1.0, 2.0]]), torch.tensor([[True]])])
-def test_token_embedding_rejects_non_integer_ids(bad: torch.Tensor) -> None:
-    with pytest.raises(TypeError, match="must hold integer token ids"):
-        TokenEmbedding(10, 4)(bad)
-
-
-@pytest.mark.parametrize("bad_id", [10, -1])
-def test_token_embedding_names_an_out_of_range_id(bad_id: int) -> None:
-    with pytest.raises(ValueError, match=rf"token id {bad_id} is outside the vocabulary \[0, 9\]"):
-        TokenEmbedding(10, 4)(torch.tensor([[1, bad_id]]))
+def test_token_embedding_reads_no_id_values() -> None:
+    """The forward pass trusts its ids (reading them would stall a GPU every step): an id outside the
+    table fails in PyTorch's own lookup; the boundaries that name it are tested where data enter
+    (tests/test_batching.py, tests/test_decoding.py, tests/test_translate_cli.py)."""
+    with pytest.raises(IndexError):
+        TokenEmbedding(10, 4)(torch.tensor([[1, 10]]))
 
 
 @pytest.mark.parametrize("d_model", [4, 7, 32])
@@ -75,9 +72,9 @@ def test_sinusoidal_encoding_is_a_non_persistent_buffer_and_adds() -> None:
 @pytest.mark.parametrize("module", [SinusoidalPositionalEncoding(8, max_len=10), LearnedPositionalEmbedding(8, max_len=10)])
 def test_positional_modules_name_the_limit_when_a_sequence_is_too_long(module: torch.nn.Module) -> None:
     module(torch.randn(1, 10, 8))  # exactly max_len fits
-    with pytest.raises(ValueError, match=r"positions 0\.\.10 do not fit .* max_len=10"):
+    with raises(ValueError, 'max_len=10'):
         module(torch.randn(1, 11, 8))
-    with pytest.raises(ValueError, match=r"positions 8\.\.10"):
+    with raises(ValueError, "8..10", "max_len=10"):
         module(torch.randn(1, 3, 8), start=8)
 
 

@@ -10,21 +10,14 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
+from errors import raises
 
-from transformer_lib.vocab import tokenizer
+from transformer_lib.tokenizers import word_splitter
 from transformer_lib.evaluation import (
-    BleuScore,
-    ChrfScore,
-    bleu_scores,
-    corpus_bleu,
-    corpus_cer,
-    corpus_chrf,
-    corpus_wer,
-    detokenize,
-    exact_match,
-    translation_metrics,
-    word_edits,
+    BleuScore, ChrfScore, bleu_scores, corpus_bleu, corpus_cer, corpus_chrf,
+    corpus_wer, exact_match, translation_metrics, word_edits
 )
+from transformer_lib.tokenizers import detokenize
 
 # --------------------------------------------------------------------------------------------------
 # Detokenization
@@ -77,7 +70,7 @@ def test_detokenize_is_not_joining_on_spaces() -> None:
     ],
 )
 def test_detokenize_inverts_the_spacy_tokenizer(lang: str, sentence: str) -> None:
-    tokens = tokenizer(lang)(sentence)
+    tokens = word_splitter(lang)(sentence)
     assert detokenize(tokens, lang) == sentence
 
 
@@ -88,13 +81,13 @@ def test_detokenize_round_trips_the_multi30k_test_set(lang: str, real_multi30k: 
     do not have stray spaces or quotes in the raw text)."""
     path = real_multi30k / f"test_2016_flickr.{lang}.gz"
     sentences = gzip.open(path, "rt", encoding="utf-8").read().splitlines()
-    tokenize = tokenizer(lang)
+    tokenize = word_splitter(lang)
     same = sum(detokenize(tokenize(s), lang) == s.strip() for s in sentences)
     assert same / len(sentences) >= 0.99
 
 
 def test_detokenize_rejects_a_string() -> None:
-    with pytest.raises(TypeError, match="list of tokens"):
+    with raises(TypeError, "str"):
         detokenize("A man .")
 
 
@@ -163,23 +156,23 @@ def test_bleu_signature_and_label() -> None:
 
 
 def test_detokenized_output_scores_higher_than_space_joined_tokens() -> None:
-    tokenize = tokenizer("en")
+    tokenize = word_splitter("en")
     tokens = [tokenize(r) for r in REFERENCES]
     assert corpus_bleu([detokenize(t) for t in tokens], REFERENCES).score == pytest.approx(100.0)
     assert corpus_bleu([" ".join(t) for t in tokens], REFERENCES).score < 100.0
 
 
 @pytest.mark.parametrize(
-    "hypotheses, references, error, message",
+    "hypotheses, references, error, named",
     [
-        (["a b"], ["a b", "c d"], ValueError, "1 hypotheses but 2 references"),
-        ([], [], ValueError, "empty corpus"),
-        ([["a", "b"]], ["a b"], TypeError, "detokenize"),
-        ("a b", "a b", TypeError, "list of sentences"),
+        (["a b"], ["a b", "c d"], ValueError, [1, 2]),
+        ([], [], ValueError, []),
+        ([["a", "b"]], ["a b"], TypeError, ["list"]),
+        ("a b", "a b", TypeError, ["str"]),
     ],
 )
-def test_bleu_rejects_bad_input(hypotheses, references, error, message: str) -> None:
-    with pytest.raises(error, match=message):
+def test_bleu_rejects_bad_input(hypotheses, references, error, named: list) -> None:
+    with raises(error, *named):
         corpus_bleu(hypotheses, references)
 
 
@@ -231,22 +224,22 @@ def test_chrf_credits_a_wrong_ending_where_wer_does_not() -> None:
 
 @pytest.mark.parametrize("metric", [corpus_chrf, corpus_wer, corpus_cer])
 @pytest.mark.parametrize(
-    "hypotheses, references, error, message",
+    "hypotheses, references, error, named",
     [
-        (["a b"], ["a b", "c d"], ValueError, "1 hypotheses but 2 references"),
-        ([], [], ValueError, "empty corpus"),
-        ([["a", "b"]], ["a b"], TypeError, "detokenize"),
-        ("a b", "a b", TypeError, "list of sentences"),
+        (["a b"], ["a b", "c d"], ValueError, [1, 2]),
+        ([], [], ValueError, []),
+        ([["a", "b"]], ["a b"], TypeError, ["list"]),
+        ("a b", "a b", TypeError, ["str"]),
     ],
 )
-def test_other_metrics_reject_bad_input(metric, hypotheses, references, error, message: str) -> None:
-    with pytest.raises(error, match=message):
+def test_other_metrics_reject_bad_input(metric, hypotheses, references, error, named: list) -> None:
+    with raises(error, *named):
         metric(hypotheses, references)
 
 
 @pytest.mark.parametrize("metric, name", [(corpus_wer, "WER"), (corpus_cer, "CER")])
 def test_error_rates_reject_an_empty_reference(metric, name: str) -> None:
-    with pytest.raises(ValueError, match=rf"references\[1\] is empty; {name} divides"):
+    with raises(ValueError, "references[1]", name):
         metric(["a b", "c"], ["a b", " "])
 
 
@@ -264,7 +257,7 @@ def test_word_edits_are_what_wer_counts(hypothesis: str, reference: str) -> None
 
 
 def test_word_edits_reject_an_empty_reference() -> None:
-    with pytest.raises(ValueError, match="references\\[0\\] is empty"):
+    with raises(ValueError, '0'):
         word_edits("a b", "")
 
 
@@ -280,5 +273,5 @@ def test_exact_match() -> None:
 
 
 def test_exact_match_rejects_mismatched_lengths() -> None:
-    with pytest.raises(ValueError, match="2 predictions but 1 references"):
+    with raises(ValueError, '2', '1'):
         exact_match([[1], [2]], [[1]])

@@ -19,8 +19,9 @@ from transformer_lib.book.experiment import (
     describe_profile,
     estimate_seconds,
 )
-from transformer_lib.masked_lm import EncoderOnlyTransformer, encoder_only_config
-from transformer_lib.model import DecoderOnlyTransformer, Transformer, TransformerConfig
+from transformer_lib.masked_lm import EncoderOnlyTransformer
+from transformer_lib.config import TransformerConfig
+from transformer_lib.model import DecoderOnlyTransformer, Transformer
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL_RUN = ROOT / "transformer_lib" / "book" / "runs" / "multi30k_full_metrics.json"
@@ -71,7 +72,7 @@ RECOUNTED = {
     "a caption language model (4 layers, d_model 128)": lambda: _step_flops(DecoderOnlyTransformer(
         TransformerConfig.decoder_only("tiny", vocab_size=5894, positional="rope", max_len=64, n_decoder_layers=4,
                                        d_model=128, d_ff=512, dropout=0.1)), torch.randint(5, 5894, (64, 14))),
-    "a masked-word encoder (4 layers, d_model 128)": lambda: _step_flops(EncoderOnlyTransformer(encoder_only_config(
+    "a masked-word encoder (4 layers, d_model 128)": lambda: _step_flops(EncoderOnlyTransformer(TransformerConfig.encoder_only(
         "tiny", vocab_size=5894, positional="rope", max_len=64, n_encoder_layers=4, d_model=128, d_ff=512,
         dropout=0.1)), torch.randint(5, 5894, (64, 14))),
 }

@@ -59,7 +59,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     before = _run(python, "-c", "import transformer_lib", cwd=home)
     assert before.returncode != 0, "the new environment must not see this checkout's transformer_lib"
     pip = _run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-               f"transformer_lib @ git+file://{ROOT}", cwd=home)
+               f"transformer_lib[book] @ git+file://{ROOT}", cwd=home)
     assert pip.returncode == 0, pip.stderr[-3000:]
     return python
 
@@ -76,12 +76,12 @@ def test_the_installed_package_has_its_data(installed: Path, tmp_path: Path) -> 
 def test_the_train_cli_writes_where_it_is_told_from_any_folder(installed: Path, tmp_path: Path) -> None:
     work, out = tmp_path / "work", tmp_path / "elsewhere" / "run"
     work.mkdir()
-    run = _run(installed, "-m", "transformer_lib.train", "--task", "reverse", "--n-train", "500", "--n-heldout", "50",
-               "--max-len", "5", "--max-steps", "3", "--eval-every", "3", "--no-progress", "--out", str(out), cwd=work)
+    run = _run(installed, "-m", "transformer_lib.cli.train", "--task", "reverse", "--n-train", "500", "--n-heldout", "50",
+               "--longest", "5", "--max-steps", "3", "--eval-every", "3", "--no-progress", "--out", str(out), cwd=work)
     assert run.returncode == 0, run.stderr[-3000:]
     assert {"checkpoint.pt", "metrics.json"} <= {p.name for p in out.iterdir()}
     assert not any(work.iterdir()), f"the CLI wrote into the folder it ran from: {list(work.iterdir())}"
-    translate = _run(installed, "-m", "transformer_lib.translate", "--checkpoint", str(out / "checkpoint.pt"),
+    translate = _run(installed, "-m", "transformer_lib.cli.translate", "--checkpoint", str(out / "checkpoint.pt"),
                      "1 2 3", cwd=work)
     assert translate.returncode == 0, translate.stderr[-3000:]
     assert translate.stdout.strip(), "a translation is printed"

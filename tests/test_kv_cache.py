@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from errors import raises
 
 from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.kv_cache import CachedCrossAttention, CachedSelfAttention, kv_cache
+from transformer_lib.config import TransformerConfig
+from transformer_lib.decoding import greedy_decode
 from transformer_lib.masking import causal_mask
+from transformer_lib.model import Transformer
 
 # Cached and uncached attention differ only in the order of additions: at most about 2 * n * u *
 # scale in float32 (Higham 2002, section 4.2), sums of n <= 16 terms, outputs of scale <= 4.
@@ -56,7 +60,8 @@ def test_cache_reorder_selects_batch_rows() -> None:
 
 
 def test_kv_cache_gives_the_model_its_modules_back_and_refuses_nesting() -> None:
-    from transformer_lib.model import Transformer, TransformerConfig
+    from transformer_lib.model import Transformer
+    from transformer_lib.config import TransformerConfig
 
     model = Transformer(TransformerConfig.from_preset("tiny", src_vocab_size=9, tgt_vocab_size=9))
     before = [(layer.self_attn, layer.cross_attn) for layer in model.decoder.layers]
@@ -65,9 +70,29 @@ def test_kv_cache_gives_the_model_its_modules_back_and_refuses_nesting() -> None
         with kv_cache(model) as cache:
             assert all(isinstance(layer.self_attn, CachedSelfAttention) for layer in model.decoder.layers)
             assert len(cache.attentions) == 2 * len(before) and cache.length == 0
-            with pytest.raises(RuntimeError, match="already inside kv_cache"):
+            with raises(RuntimeError, 'kv_cache'):
                 with kv_cache(model):
                     pass
             raise KeyError("an error inside the block")
     assert [(layer.self_attn, layer.cross_attn) for layer in model.decoder.layers] == before
     assert set(model.state_dict()) == names
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "rope", "alibi"])
+@pytest.mark.parametrize("n_kv_heads", [1, 2])
+def test_grouped_query_models_decode_the_same_with_the_cache_and_keep_fewer_heads(positional: str, n_kv_heads: int) -> None:
+    """Grouped-query attention (n_kv_heads) needs no change to the cache: it stores what the
+    attention's projections return, n_kv_heads heads instead of n_heads."""
+    torch.manual_seed(0)
+    config = TransformerConfig.from_preset("tiny", src_vocab_size=12, tgt_vocab_size=12, n_kv_heads=n_kv_heads,
+                                           positional=positional)
+    model = Transformer(config).eval()
+    src = torch.randint(4, 12, (3, 6))
+    ids = dict(max_new_tokens=8, bos_id=2, eos_id=None, pad_id=0)
+    cached = greedy_decode(model, src, None, **ids)
+    assert torch.equal(cached, greedy_decode(model, src, None, **ids, use_cache=False))
+    with torch.no_grad(), kv_cache(model) as cache:
+        memory = model.encode(src)
+        model.decode(torch.full((3, 2), 2), memory, tgt_mask=causal_mask(2))
+        heads = {tuple(a.key.shape[1:3]) for a in cache.attentions}
+    assert heads == {(n_kv_heads, 2), (n_kv_heads, 6)}, "self- and cross-attention caches hold n_kv_heads heads"

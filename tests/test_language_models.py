@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from errors import raises
 import torch.nn.functional as F
 
 from transformer_lib.language_models import (
@@ -16,7 +17,8 @@ from transformer_lib.language_models import (
     perplexity,
     train_steps,
 )
-from transformer_lib.model import DecoderOnlyTransformer, TransformerConfig
+from transformer_lib.model import DecoderOnlyTransformer
+from transformer_lib.config import TransformerConfig
 
 PAD, BOS, EOS = 0, 2, 3
 V = 12
@@ -38,7 +40,7 @@ def test_lm_batch_shifts_by_one_and_hides_padding_from_the_loss() -> None:
 
 @pytest.mark.parametrize("bad", [[], [[4], []]])
 def test_lm_batch_refuses_empty_input(bad) -> None:
-    with pytest.raises(ValueError, match="sentence"):
+    with raises(ValueError, "sentence"):
         lm_batch(bad, bos_id=BOS, eos_id=EOS, pad_id=PAD)
 
 
@@ -72,7 +74,7 @@ def test_perplexity_is_exp_of_the_mean_token_nll_computed_by_hand() -> None:
 def test_a_uniform_model_has_perplexity_equal_to_the_vocabulary_size() -> None:
     model = tiny_lm()
     with torch.no_grad():
-        for p in model.generator.parameters():
+        for p in model.output_layer.parameters():
             p.zero_()  # tied: this also zeroes the embedding, so every logit is 0
     batch = lm_batch(SENTENCES, bos_id=BOS, eos_id=EOS, pad_id=PAD)
     assert perplexity(model, [batch]) == pytest.approx(V, rel=1e-5)
@@ -99,7 +101,7 @@ def test_training_lowers_the_loss_and_perplexity_leaves_the_mode_alone() -> None
 def test_perplexity_refuses_batches_without_scored_tokens() -> None:
     inputs = torch.tensor([[BOS, 4]])
     targets = torch.full_like(inputs, IGNORE_INDEX)
-    with pytest.raises(ValueError, match="no scored tokens"):
+    with raises(ValueError, "tokens"):
         perplexity(tiny_lm(), [(inputs, targets)])
 
 
@@ -107,7 +109,8 @@ def test_caption_corpus_reads_one_side_of_the_fixture() -> None:
     from pathlib import Path
 
     from transformer_lib.language_models import caption_corpus
-    from transformer_lib.vocab import SPECIALS, tokenizer
+    from transformer_lib.vocab import SPECIALS
+    from transformer_lib.tokenizers import word_splitter
 
     fixture = Path(__file__).parent / "fixtures" / "multi30k"
     checksums = {line.split()[1]: line.split()[0] for line in (fixture / "SHA256SUMS").read_text().splitlines()}
@@ -115,6 +118,6 @@ def test_caption_corpus_reads_one_side_of_the_fixture() -> None:
     assert corpus.vocab.tokens[:5] == [*SPECIALS, "<mask>"]
     assert len(corpus.ids["train"]) == 60 and len(corpus.ids["val"]) == 8
     first = corpus.text["train"][0]
-    assert corpus.vocab.decode(corpus.ids["train"][0]) == tokenizer("en")(first.lower())
-    with pytest.raises(ValueError, match="include 'train'"):
+    assert corpus.vocab.decode(corpus.ids["train"][0]) == word_splitter("en")(first.lower())
+    with raises(ValueError, "'train'"):
         caption_corpus(fixture, checksums=checksums, splits=("val",))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from errors import raises
 
+from transformer_lib.validation import check_mask
 from transformer_lib.masking import (
     causal_mask,
-    check_mask,
     combine_masks,
     padding_mask,
     target_mask,
@@ -45,7 +46,7 @@ def test_causal_mask_with_cached_keys_aligns_queries_with_the_last_keys() -> Non
 
 @pytest.mark.parametrize("n_queries, n_keys", [(0, 3), (4, 3)])
 def test_causal_mask_rejects_impossible_sizes(n_queries: int, n_keys: int) -> None:
-    with pytest.raises(ValueError, match="n_queries"):
+    with raises(ValueError, 'n_queries'):
         causal_mask(n_queries, n_keys)
 
 
@@ -68,27 +69,21 @@ def test_combine_masks_broadcasts_and_skips_none() -> None:
 
 
 def test_combine_masks_rejects_non_boolean_and_non_broadcasting_masks() -> None:
-    with pytest.raises(TypeError, match="boolean"):
+    with raises(TypeError, "torch.float32"):
         combine_masks(torch.ones(2, 2))
-    with pytest.raises(ValueError, match=r"\(2, 3\).*\(2, 4\)"):
+    with raises(ValueError, '(2, 3)', '(2, 4)'):
         combine_masks(torch.ones(2, 3, dtype=torch.bool), torch.ones(2, 4, dtype=torch.bool))
 
 
 def test_check_mask_accepts_broadcastable_and_rejects_enlarging_masks() -> None:
     check_mask(torch.ones(2, 1, 1, 5, dtype=torch.bool), (2, 4, 3, 5))
-    with pytest.raises(ValueError, match=r"\(2, 1, 1, 5\).*\(2, 3, 5\)"):
+    with raises(ValueError, '(2, 1, 1, 5)', '(2, 3, 5)'):
         # a 4-D padding mask against 3-D scores would silently grow them to (2, 2, 3, 5)
         check_mask(torch.ones(2, 1, 1, 5, dtype=torch.bool), (2, 3, 5))
-    with pytest.raises(ValueError, match="does not broadcast"):
+    with raises(ValueError, "(2, 1, 1, 4)", "(2, 4, 3, 5)"):
         check_mask(torch.ones(2, 1, 1, 4, dtype=torch.bool), (2, 4, 3, 5))
-    with pytest.raises(TypeError, match="boolean"):
+    with raises(TypeError, "torch.float32"):
         check_mask(torch.zeros(1, 5), (2, 3, 5))
-
-
-@pytest.mark.parametrize("bad", [torch.tensor([[1.0, 2.0]]), torch.tensor([[True, False]])])
-def test_padding_mask_rejects_non_integer_ids(bad: torch.Tensor) -> None:
-    with pytest.raises(TypeError, match="integer token ids"):
-        padding_mask(bad, 0)
 
 
 def test_to_torch_blocked_flips_polarity_to_nn_multiheadattention() -> None:
@@ -111,7 +106,7 @@ def _right_padded(generator: torch.Generator, batch: int = 4, length: int = 7) -
 
 def test_padding_mask_masks_keys_where_a_query_side_mask_lets_pads_through() -> None:
     from transformer_lib.attention import scaled_dot_product_attention
-    from transformer_lib.checks import check_padding_invariance
+    from transformer_lib.properties import assert_padding_invariant
 
     tokens = torch.tensor([[5, 6, 7, 0, 0], [8, 9, 4, 3, 2]])
     is_real = tokens != 0
@@ -121,9 +116,9 @@ def test_padding_mask_masks_keys_where_a_query_side_mask_lets_pads_through() -> 
     def attend(mask):
         return lambda x: scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], mask)[0][:, 0]
 
-    check_padding_invariance(attend(padding_mask(tokens, 0)), x, is_real)
-    with pytest.raises(AssertionError, match="padding leaks"):
-        check_padding_invariance(attend(query_side), x, is_real)
+    assert_padding_invariant(attend(padding_mask(tokens, 0)), x, is_real)
+    with raises(AssertionError, "position"):
+        assert_padding_invariant(attend(query_side), x, is_real)
 
 
 def test_target_mask_equals_a_query_side_pad_mask_on_real_queries_when_right_padded() -> None:

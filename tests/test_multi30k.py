@@ -14,6 +14,7 @@ import urllib.error
 from pathlib import Path
 
 import pytest
+from errors import raises
 
 from transformer_lib import multi30k
 from transformer_lib.multi30k import MULTI30K_SHA256, ChecksumError, load_multi30k, multi30k_dir
@@ -50,13 +51,13 @@ def test_loader_detects_a_corrupted_file(tmp_path: Path) -> None:
     blob = bytearray((folder / "val.en.gz").read_bytes())
     blob[-5] ^= 0xFF  # one flipped byte, as a bad disk or an interrupted copy would leave
     (folder / "val.en.gz").write_bytes(bytes(blob))
-    with pytest.raises(ChecksumError, match=r"val\.en\.gz has SHA-256 [0-9a-f]{64}, expected " + FIXTURE_SHA256["val.en.gz"]):
+    with raises(ChecksumError, "val.en.gz", FIXTURE_SHA256["val.en.gz"]):
         load_multi30k("train", folder, checksums=FIXTURE_SHA256)
 
 
 def test_loader_refuses_the_real_checksums_for_other_files() -> None:
     """The hard-coded SHA-256 values are what a folder is checked against by default."""
-    with pytest.raises(ChecksumError, match="not the published Multi30k release"):
+    with raises(ChecksumError, "SHA-256"):
         multi30k_dir(FIXTURE)
 
 
@@ -107,13 +108,13 @@ def test_a_corrupted_download_is_deleted(no_multi30k_env: Path, tmp_path: Path, 
     server = tmp_path / "server"
     shutil.copytree(FIXTURE, server)
     (server / "train.en.gz").write_bytes(b"<html>rate limited</html>")
-    with pytest.raises(ChecksumError, match="train.en.gz"):
+    with raises(ChecksumError, "train.en.gz"):
         load_multi30k("train", base_url=server.as_uri() + "/", checksums=FIXTURE_SHA256)
     assert not (no_multi30k_env / "train.en.gz").exists()
 
 
 def test_download_false_does_not_download(no_multi30k_env: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="download=False"):
+    with raises(FileNotFoundError, 'download=False'):
         multi30k_dir(download=False, checksums=FIXTURE_SHA256)
 
 
@@ -124,9 +125,10 @@ def test_the_published_urls_and_checksums_are_complete() -> None:
     assert all(len(digest) == 64 and int(digest, 16) >= 0 for digest in MULTI30K_SHA256.values())
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"split": "dev"}, "unknown Multi30k split"), ({"split": "train", "src_lang": "fr"}, "languages"), ({"split": "train", "tgt_lang": "de"}, "must differ")])
-def test_loader_rejects_bad_arguments(kwargs: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+@pytest.mark.parametrize(("kwargs", "named"), [({"split": "dev"}, ["'dev'"]), ({"split": "train", "src_lang": "fr"}, ["fr"]),
+                                              ({"split": "train", "tgt_lang": "de"}, ["de"])])
+def test_loader_rejects_bad_arguments(kwargs: dict, named: list) -> None:
+    with raises(ValueError, *named):
         load_multi30k(root=FIXTURE, checksums=FIXTURE_SHA256, **kwargs)
 
 

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from errors import raises
 import torch.nn.functional as F
 
 from transformer_lib.attention import MultiHeadAttention, fused_attention, scaled_dot_product_attention, softmax_attention
@@ -24,7 +25,8 @@ from transformer_lib.embeddings import (
     sinusoidal_table,
 )
 from transformer_lib.masking import causal_mask, padding_mask
-from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.model import Transformer
+from transformer_lib.config import TransformerConfig
 
 ATOL = 1e-5
 IN_ATTENTION = ["rope", "alibi", "relative"]
@@ -78,15 +80,15 @@ def test_rope_is_a_rotation_and_uses_the_sinusoidal_frequencies() -> None:
 
 
 def test_rope_rejects_odd_widths_and_too_long_sequences() -> None:
-    with pytest.raises(ValueError, match="head_dim must be a positive even number, got 5"):
+    with raises(ValueError, 'head_dim', '5'):
         RotaryEmbedding(5)
     rope = RotaryEmbedding(4, max_len=10)
     rope(torch.randn(1, 1, 10, 4))
-    with pytest.raises(ValueError, match=r"positions 8\.\.10 do not fit the rotary tables of max_len=10"):
+    with raises(ValueError, 'max_len=10'):
         rope(torch.randn(1, 1, 3, 4), start=8)
-    with pytest.raises(ValueError, match="head_dim=4"):
+    with raises(ValueError, 'head_dim=4'):
         rope(torch.randn(1, 1, 3, 6))
-    with pytest.raises(ValueError, match="rotates vectors of width 4, but the heads have d_k=8"):
+    with raises(ValueError, '4', 'd_k=8'):
         RotaryAttention(16, 2, rotary=rope)
 
 
@@ -234,17 +236,17 @@ def test_growing_cache_with_positions_equals_the_full_pass(kind: str) -> None:
 def test_bias_argument_is_checked() -> None:
     q = torch.randn(2, 1, 3, 4)
     fused_attention(q, q, q, bias=torch.zeros(3, 3))
-    with pytest.raises(TypeError, match="a boolean tensor is a mask"):
+    with raises(TypeError, "torch.bool"):
         fused_attention(q, q, q, bias=torch.ones(3, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"bias of shape \(2, 2, 3, 3\) does not broadcast"):
+    with raises(ValueError, '(2, 2, 3, 3)'):
         fused_attention(q, q, q, bias=torch.zeros(2, 2, 3, 3))
-    with pytest.raises(ValueError, match="position_bias has 3 heads, but this layer has n_heads=2"):
+    with raises(ValueError, 'position_bias', '3', 'n_heads=2'):
         BiasedAttention(8, 2, position_bias=ALiBiBias(3))
-    with pytest.raises(ValueError, match="for self-attention: 4 queries but only 3 keys"):
+    with raises(ValueError, '4', '3'):
         BiasedAttention(4, 1, position_bias=ALiBiBias(1))(torch.randn(1, 4, 4), torch.randn(1, 3, 4), torch.randn(1, 3, 4))
-    with pytest.raises(ValueError, match="n_heads must be a positive integer"):
+    with raises(ValueError, 'n_heads'):
         alibi_slopes(0)
-    with pytest.raises(ValueError, match="max_distance must be a positive integer, got 0"):
+    with raises(ValueError, 'max_distance', '0'):
         RelativePositionBias(2, max_distance=0)
 
 
@@ -332,7 +334,7 @@ def test_bias_positions_have_no_length_limit_but_rope_has_its_table(positional: 
     src, tgt = torch.randint(1, 13, (1, 30)), torch.randint(1, 11, (1, 25))
     assert model(src, tgt, *model.make_masks(src, tgt)).shape == (1, 25, 11)
     rope = Transformer(tiny("rope", max_len=8)).eval()
-    with pytest.raises(ValueError, match="max_len=8"):
+    with raises(ValueError, 'max_len=8'):
         rope(src, tgt, *rope.make_masks(src, tgt))
 
 
@@ -359,12 +361,12 @@ def test_sinusoidal_and_learned_models_are_unchanged_by_the_new_options() -> Non
 
 
 def test_config_rejects_bad_positional_choices() -> None:
-    with pytest.raises(ValueError, match=r"positional must be one of \('sinusoidal', 'learned', 'rope', 'alibi', 'relative'\)"):
+    with raises(ValueError, "'sinusoidal'", "'learned'", "'rope'", "'alibi'", "'relative'"):
         tiny("rotary")
-    with pytest.raises(ValueError, match=r"head width d_model / n_heads = 20 / 4 = 5 must be even"):
+    with raises(ValueError, 'd_model', 'n_heads', '20', '4', '5'):
         tiny("rope", d_model=20)
     tiny("alibi", d_model=20)  # odd head widths are fine without rotation
-    with pytest.raises(ValueError, match="relative_max_distance must be a positive integer, got 0"):
+    with raises(ValueError, 'relative_max_distance', '0'):
         tiny("relative", relative_max_distance=0)
 
 

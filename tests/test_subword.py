@@ -11,14 +11,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from errors import raises
 
 from transformer_lib.multi30k import load_multi30k
 from transformer_lib.prepared import prepare_multi30k
 from transformer_lib.vocab import SPECIALS, UNK, Vocab
-from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.model import Transformer
+from transformer_lib.config import TransformerConfig
 from transformer_lib.subword import WORD_START, SubwordTokenizer
-from transformer_lib.checkpoint import checkpoint_metadata, load_checkpoint, save_checkpoint
-from transformer_lib.translate import Translator
+from transformer_lib.checkpoint import CHECKPOINT_FORMAT_VERSION, checkpoint_metadata, load_checkpoint, save_checkpoint
+from transformer_lib.tokenizers import tokenizer_from_dict
+from transformer_lib.translator import Translator
 
 FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"
 FIXTURE_SHA256 = {line.split()[1]: line.split()[0] for line in (FIXTURE / "SHA256SUMS").read_text().splitlines()}
@@ -93,22 +96,32 @@ def test_merges_are_learned_most_frequent_pair_first() -> None:
     assert ("a", "b") in tokenizer.merges or (WORD_START + "a", "b") in tokenizer.merges
 
 
-def test_json_round_trip_gives_the_same_tokenizer(bpe: SubwordTokenizer) -> None:
-    again = SubwordTokenizer.from_json(bpe.to_json())
-    text = "Zwei Kinder spielen am Strand und lachen."
-    assert again.tokenize(text) == bpe.tokenize(text)
-    assert again.vocab == bpe.vocab
-    assert again.merges == bpe.merges
+def test_dict_round_trip_gives_the_same_tokenizer(bpe: SubwordTokenizer, corpus) -> None:
+    """A checkpoint holds the vocabulary and the merges; the rest (normalising, splitting) is the library's."""
+    stored = bpe.to_dict()
+    assert set(stored) == {"kind", "tokens", "merges", "lowercase"} and stored["kind"] == "bpe"
+    again = tokenizer_from_dict(stored)
+    texts = ["Zwei  Kinder spielen am Strand und lachen.", "Strandmannläufer!", *(s for pair in corpus for s in pair)]
+    assert [again.tokenize(t) for t in texts] == [bpe.tokenize(t) for t in texts]
+    assert again.vocab == bpe.vocab and again.merges == bpe.merges and again == bpe
+
+
+def test_a_lowercasing_tokenizer_keeps_its_lowercasing(corpus) -> None:
+    texts = [s for pair in corpus for s in pair]
+    lower = SubwordTokenizer.train(texts, vocab_size=100, lowercase=True)
+    assert all(piece == piece.lower() for piece in lower.vocab.tokens[len(SPECIALS):])
+    again = tokenizer_from_dict(lower.to_dict())
+    assert again.tokenize("Ein MANN.") == lower.tokenize("ein mann.") == again.tokenize("ein mann.")
 
 
 def test_training_is_deterministic(corpus) -> None:
     texts = [s for pair in corpus for s in pair]
-    assert SubwordTokenizer.train(texts, vocab_size=100).to_json() == SubwordTokenizer.train(texts, vocab_size=100).to_json()
+    assert SubwordTokenizer.train(texts, vocab_size=100).to_dict() == SubwordTokenizer.train(texts, vocab_size=100).to_dict()
 
 
 @pytest.mark.parametrize("vocab_size", [0, 4])
 def test_too_small_a_vocabulary_is_refused(vocab_size: int) -> None:
-    with pytest.raises(ValueError, match=f"vocab_size must be more than the 4 special tokens, got {vocab_size}"):
+    with raises(ValueError, "vocab_size", vocab_size, 4):
         SubwordTokenizer.train(["a b"], vocab_size=vocab_size)
 
 
@@ -125,9 +138,9 @@ def test_prepare_learns_one_vocabulary_from_the_training_split_only(monkeypatch:
     prepared = prepare_multi30k(FIXTURE, checksums=FIXTURE_SHA256, tokenizer="bpe", vocab_size=150)
     pairs = load_multi30k("train", FIXTURE, checksums=FIXTURE_SHA256)
     assert seen == [[s for s, _ in pairs] + [t for _, t in pairs]]  # both sides of train, nothing else
-    assert prepared.src_vocab is prepared.tgt_vocab  # one joint vocabulary
+    assert prepared.src_tokenizer is prepared.tgt_tokenizer  # one joint vocabulary
     assert prepared.settings["tokenizer"] == "bpe" and prepared.settings["vocab_size"] == len(prepared.src_vocab)
-    bpe = SubwordTokenizer.from_json(prepared.settings["subword_model"])
+    bpe = prepared.src_tokenizer
     for split in ("train", "val", "test"):
         source, target = prepared.text[split][0]
         ids_src, ids_tgt = prepared.splits[split][0]
@@ -157,28 +170,31 @@ def _checkpoint(tokenizer: str, tmp_path: Path) -> Path:
     model = Transformer(config)
     path = tmp_path / f"{tokenizer}.pt"
     save_checkpoint(path, {
-        "format_version": 1, **checkpoint_metadata(config, prepared.src_vocab, prepared.tgt_vocab, "multi30k", prepared.settings),
+        "format_version": CHECKPOINT_FORMAT_VERSION,
+        **checkpoint_metadata(config, prepared.src_tokenizer, prepared.tgt_tokenizer, "multi30k", prepared.settings),
         "model_state": model.state_dict(), "optimizer_state": {}, "scheduler_state": {}, "train_config": {},
         "step": 0, "epoch": 0, "rng_state": {}, "metrics": {},
     })
     return path
 
 
-@pytest.mark.parametrize("tokenizer", ["spacy", "bpe"])
+@pytest.mark.parametrize("tokenizer", ["words", "bpe"])
 def test_checkpoints_of_both_kinds_translate(tokenizer: str, tmp_path: Path) -> None:
     path = _checkpoint(tokenizer, tmp_path)
+    assert load_checkpoint(path)["tokenizers"]["src"]["kind"] == tokenizer  # the checkpoint records the kind
     translator = Translator.from_checkpoint(path)
     sentence = "Ein Mann läuft am Strand."
-    tokens = translator.tokenize(sentence)
+    tokens = translator.src_tokenizer.tokenize(sentence)
+    assert translator.src_tokenizer.kind == tokenizer
     if tokenizer == "bpe":
-        assert translator.subword is not None and tokens[0] == WORD_START + "Ein"
+        assert tokens[0] == WORD_START + "Ein"
         assert translator.model.src_embed is translator.model.tgt_embed  # one matrix ...
-        assert translator.model.generator.weight is translator.model.tgt_embed.weight  # ... three uses
+        assert translator.model.output_layer.weight is translator.model.tgt_embed.weight  # ... three uses
     else:
-        assert translator.subword is None and tokens == ["Ein", "Mann", "läuft", "am", "Strand", "."]
+        assert tokens == ["Ein", "Mann", "läuft", "am", "Strand", "."]
     out = translator.translate([sentence, "Ein Kind lacht."], beam_size=2)
     assert len(out) == 2 and all(isinstance(t, str) for t in out)
     # the output text is the detokenized output tokens, whichever tokenizer
     tokens_out = translator.translate_tokens([sentence])[0]
     assert translator.translate([sentence])[0] == translator.detokenize(tokens_out)
-    assert load_checkpoint(path)["data"]["tokenizer"] == ("bpe" if tokenizer == "bpe" else "spacy.blank")
+    assert load_checkpoint(path)["data"]["tokenizer"] == tokenizer

@@ -1,6 +1,6 @@
-"""Tests of transformer_lib.translate: the command line translates, evaluates, and fails clearly.
+"""Tests of transformer_lib.translator: the command line translates, evaluates, and fails clearly.
 
-Checkpoints are written here from small random models, in the format ``transformer_lib.training``
+Checkpoints are written here from small random models, in the format ``transformer_lib.trainer``
 saves (every entry of ``CHECKPOINT_KEYS``; the translator reads them with its ``load_checkpoint``).
 """
 
@@ -16,14 +16,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from errors import raises
+
 from transformer_lib import batching, multi30k
 from transformer_lib.multi30k import MULTI30K_SHA256, load_multi30k, sha256_file
-from transformer_lib.vocab import Vocab, tokenizer
-from transformer_lib.checkpoint import CHECKPOINT_KEYS, checkpoint_metadata
-from transformer_lib.decoding import beam_search, greedy_decode
-from transformer_lib.evaluation import corpus_bleu, detokenize
-from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.translate import Translator, TranslationError, evaluate_bleu, main
+from transformer_lib.beam_search import beam_search
+from transformer_lib.checkpoint import CHECKPOINT_FORMAT_VERSION, CHECKPOINT_KEYS, checkpoint_metadata
+from transformer_lib.cli.translate import main
+from transformer_lib.config import TransformerConfig
+from transformer_lib.decoding import greedy_decode
+from transformer_lib.evaluation import corpus_bleu
+from transformer_lib.model import Transformer
+from transformer_lib.tokenizers import SymbolTokenizer, WordTokenizer, detokenize, word_splitter
+from transformer_lib.translator import TranslationError, Translator, evaluate_bleu
+from transformer_lib.vocab import Vocab
 
 GERMAN = [
     "Ein Mann fährt Fahrrad.",
@@ -42,21 +48,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 def checkpoint_dict(task: str = "multi30k", max_len: int = 24, seed: int = 0) -> dict:
     if task == "multi30k":
-        src_vocab = Vocab.build([tokenizer("de")(s) for s in GERMAN])
-        tgt_vocab = Vocab.build([tokenizer("en")(s) for s in ENGLISH])
+        src = WordTokenizer(Vocab.build([word_splitter("de")(s) for s in GERMAN]), "de")
+        tgt = WordTokenizer(Vocab.build([word_splitter("en")(s) for s in ENGLISH]), "en")
         data = {"src_lang": "de", "tgt_lang": "en", "lowercase": False, "source_format": "tokens+eos"}
     else:
-        src_vocab = tgt_vocab = Vocab(["<pad>", "<unk>", "<bos>", "<eos>", *(str(i) for i in range(10))])
+        src = tgt = SymbolTokenizer(Vocab(["<pad>", "<unk>", "<bos>", "<eos>", *(str(i) for i in range(10))]))
         data = {"source_format": "tokens+eos"}
     config = TransformerConfig(
-        src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), d_model=32, n_heads=4,
+        src_vocab_size=len(src.vocab), tgt_vocab_size=len(tgt.vocab), d_model=32, n_heads=4,
         n_encoder_layers=1, n_decoder_layers=1, d_ff=64, max_len=max_len,
     )
     torch.manual_seed(seed)
     model = Transformer(config)
     return {
-        "format_version": 1,
-        **checkpoint_metadata(config, src_vocab, tgt_vocab, task, data),
+        "format_version": CHECKPOINT_FORMAT_VERSION,
+        **checkpoint_metadata(config, src, tgt, task, data),
         "model_state": model.state_dict(),
         "optimizer_state": {},
         "scheduler_state": {},
@@ -93,25 +99,25 @@ def test_translate_prints_the_greedy_translation(checkpoint: Path, capsys: pytes
     src_vocab, tgt_vocab = translator.src_vocab, translator.tgt_vocab
     expected = []
     for sentence in GERMAN[:2]:
-        ids = src_vocab.encode(tokenizer("de")(sentence), add_eos=True)
+        ids = src_vocab.encode(word_splitter("de")(sentence), add_eos=True)
         src = torch.tensor([ids])
-        output = greedy_decode(translator.model, src, None, max_len=min(24, len(ids) + 50),
+        output = greedy_decode(translator.model, src, None, max_new_tokens=min(24, len(ids) + 50),
                                bos_id=2, eos_id=3, pad_id=0)
         expected.append(detokenize(tgt_vocab.decode(output[0].tolist()), "en"))
     assert out.splitlines() == expected
 
 
 def test_translate_with_beam(checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
-    status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--beam", "3", GERMAN[2])
+    status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--beam-size", "3", GERMAN[2])
     assert status == 0
     translator = Translator.from_checkpoint(checkpoint)
     src, src_mask = translator.encode([GERMAN[2]])
-    result = beam_search(translator.model, src, src_mask, beam_size=3, max_len=24, bos_id=2, eos_id=3, pad_id=0)
+    result = beam_search(translator.model, src, src_mask, beam_size=3, max_new_tokens=24, bos_id=2, eos_id=3, pad_id=0)
     assert out.strip() == detokenize(translator.tgt_vocab.decode(result.sequences[0].tolist()), "en")
 
 
 def test_the_length_penalty_reaches_beam_search(checkpoint: Path, capsys: pytest.CaptureFixture, monkeypatch) -> None:
-    import transformer_lib.translate as translate_module
+    import transformer_lib.translator as translate_module
 
     seen: list[float] = []
 
@@ -120,8 +126,8 @@ def test_the_length_penalty_reaches_beam_search(checkpoint: Path, capsys: pytest
         return beam_search(*args, **kwargs)
 
     monkeypatch.setattr(translate_module, "beam_search", recording_beam_search)
-    assert run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--beam", "3", GERMAN[0])[0] == 0
-    assert run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--beam", "3",
+    assert run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--beam-size", "3", GERMAN[0])[0] == 0
+    assert run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--beam-size", "3",
                    "--length-penalty", "1.5", GERMAN[0])[0] == 0
     translator = Translator.from_checkpoint(checkpoint)
     evaluate_bleu(translator, list(zip(GERMAN, ENGLISH)), beam_sizes=(1, 3), batch_size=len(GERMAN), length_penalty=0.0)
@@ -145,9 +151,9 @@ def test_translate_is_the_detokenized_translate_tokens(checkpoint: Path) -> None
 
 
 def test_bleu_of_prepared_ids_equals_bleu_of_the_text(checkpoint: Path) -> None:
-    """The trainer scores prepared token ids (no tokenizer); the command line scores text: same numbers."""
+    """The trainer scores prepared token ids (no word_splitter); the command line scores text: same numbers."""
     translator = Translator.from_checkpoint(checkpoint)
-    ids = [translator.src_vocab.encode(translator.tokenize(sentence)) for sentence in GERMAN]
+    ids = [translator.src_tokenizer.encode(sentence) for sentence in GERMAN]
     from_text = evaluate_bleu(translator, list(zip(GERMAN, ENGLISH)), beam_sizes=(1, 2), batch_size=3)
     from_ids = evaluate_bleu(translator, list(zip(ids, ENGLISH)), beam_sizes=(1, 2), batch_size=3)
     for name in ("greedy", "beam 2"):
@@ -171,15 +177,15 @@ def test_toy_task_checkpoint_reads_and_writes_symbols(tmp_path: Path, capsys: py
     assert status == 0
     translator = Translator.from_checkpoint(path)
     src = torch.tensor([[4 + 3, 4 + 1, 4 + 4, 4 + 1, 4 + 5, 3]])  # symbol "k" has id 4 + k; then <eos>
-    output = greedy_decode(translator.model, src, None, max_len=24, bos_id=2, eos_id=3, pad_id=0)
+    output = greedy_decode(translator.model, src, None, max_new_tokens=24, bos_id=2, eos_id=3, pad_id=0)
     assert out.strip() == " ".join(translator.tgt_vocab.decode(output[0].tolist()))
     assert out.split() and all(symbol in set("0123456789") for symbol in out.split())
 
 
 def test_the_module_runs_as_a_program(tmp_path: Path) -> None:
-    """``python -m transformer_lib.translate`` reaches main() and reports errors without a traceback."""
+    """``python -m transformer_lib.cli.translate`` reaches main() and reports errors without a traceback."""
     result = subprocess.run(
-        [sys.executable, "-m", "transformer_lib.translate", "--checkpoint", str(tmp_path / "missing.pt"), "Hallo."],
+        [sys.executable, "-m", "transformer_lib.cli.translate", "--checkpoint", str(tmp_path / "missing.pt"), "Hallo."],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120,
     )
     assert result.returncode == 2
@@ -204,14 +210,14 @@ def write_fake_multi30k(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
                 f.write("\n".join(lines) + "\n")
     checksums = {path.name: sha256_file(path) for path in folder.iterdir()}
-    monkeypatch.setattr("transformer_lib.translate.load_multi30k", functools.partial(load_multi30k, checksums=checksums))
+    monkeypatch.setattr("transformer_lib.translator.load_multi30k", functools.partial(load_multi30k, checksums=checksums))
 
 
 def test_eval_prints_bleu_for_greedy_and_beam(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch) -> None:
     data_dir = tmp_path / "multi30k"
     write_fake_multi30k(data_dir, monkeypatch)
     status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--eval", "test",
-                             "--data-dir", str(data_dir), "--beam", "2")
+                             "--data-dir", str(data_dir), "--beam-size", "2")
     assert status == 0, out
     lines = out.splitlines()
     assert lines[0].startswith("Multi30k test: 4 sentences, de->en")
@@ -231,7 +237,7 @@ def test_eval_reads_multi30k_dir_from_the_environment(checkpoint: Path, tmp_path
     write_fake_multi30k(data_dir, monkeypatch)
     monkeypatch.setenv("MULTI30K_DIR", str(data_dir))
     status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--eval", "val",
-                             "--beam", "1", "--limit", "2")
+                             "--beam-size", "1", "--limit", "2")
     assert status == 0
     assert out.startswith("Multi30k val: 2 sentences")
     assert "beam" not in out.split("BLEU signature")[0].split("\n", 1)[1]
@@ -240,7 +246,7 @@ def test_eval_reads_multi30k_dir_from_the_environment(checkpoint: Path, tmp_path
 @pytest.mark.multi30k
 def test_eval_on_the_real_test_set(checkpoint: Path, real_multi30k: Path, capsys) -> None:
     status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--eval", "test",
-                             "--data-dir", str(real_multi30k), "--beam", "1", "--limit", "3")
+                             "--data-dir", str(real_multi30k), "--beam-size", "1", "--limit", "3")
     assert status == 0 and out.startswith("Multi30k test: 3 sentences, de->en")
     german, english = zip(*load_multi30k("test", real_multi30k)[:3])
     assert german[0].startswith("Ein Mann mit einem orangefarbenen Hut")  # the first test sentence
@@ -260,27 +266,27 @@ def error_of(capsys: pytest.CaptureFixture, *argv: str) -> str:
 
 
 def test_missing_checkpoint(tmp_path: Path, capsys) -> None:
-    err = error_of(capsys, "--checkpoint", str(tmp_path / "nope.pt"), "Hallo.")
-    assert "no checkpoint at" in err and "nope.pt" in err
+    assert "nope.pt" in error_of(capsys, "--checkpoint", str(tmp_path / "nope.pt"), "Hallo.")
 
 
 def test_a_folder_is_not_a_checkpoint(tmp_path: Path, capsys) -> None:
-    assert "folder" in error_of(capsys, "--checkpoint", str(tmp_path), "Hallo.")
+    assert str(tmp_path) in error_of(capsys, "--checkpoint", str(tmp_path), "Hallo.")
 
 
 @pytest.mark.parametrize(
-    "content, message",
+    "content, named",
     [
-        (b"this is not a checkpoint", "not a transformer_lib checkpoint"),
-        ("state_dict", "without 'format_version'"),
-        ("version 2", "format_version 2"),
-        ("missing vocab", "lacks the checkpoint entries ['tgt_vocab']"),
-        ("wrong weights", "weights do not fit"),
-        ("vocab size", "tgt_vocab has"),
-        ("unknown config field", "incompatible checkpoint"),
+        (b"this is not a checkpoint", ["bad.pt"]),
+        ("state_dict", ["bad.pt", "'format_version'"]),
+        ("version 3", ["bad.pt", "format_version 3"]),
+        ("missing tokenizers", ["bad.pt", "'tokenizers'"]),
+        ("wrong weights", ["bad.pt"]),
+        ("vocab size", ["bad.pt", "tgt", 4]),
+        ("unknown kind", ["bad.pt", "'sentencepiece'"]),
+        ("unknown config field", ["bad.pt", "n_experts"]),
     ],
 )
-def test_incompatible_checkpoints(tmp_path: Path, capsys, content, message: str) -> None:
+def test_incompatible_checkpoints(tmp_path: Path, capsys, content, named: list) -> None:
     path = tmp_path / "bad.pt"
     if isinstance(content, bytes):
         path.write_bytes(content)
@@ -288,27 +294,30 @@ def test_incompatible_checkpoints(tmp_path: Path, capsys, content, message: str)
         checkpoint = checkpoint_dict()
         if content == "state_dict":
             checkpoint = checkpoint["model_state"]
-        elif content == "version 2":
-            checkpoint["format_version"] = 2
-        elif content == "missing vocab":
-            del checkpoint["tgt_vocab"]
+        elif content == "version 3":
+            checkpoint["format_version"] = 3
+        elif content == "missing tokenizers":
+            del checkpoint["tokenizers"]
         elif content == "wrong weights":
             checkpoint["model_state"] = checkpoint_dict(task="reverse")["model_state"]
         elif content == "vocab size":
-            checkpoint["tgt_vocab"] = {"tokens": ["<pad>", "<unk>", "<bos>", "<eos>"], "unk_token": "<unk>"}
+            checkpoint["tokenizers"]["tgt"] = {"kind": "words", "tokens": ["<pad>", "<unk>", "<bos>", "<eos>"], "lang": "en"}
+        elif content == "unknown kind":
+            checkpoint["tokenizers"]["src"]["kind"] = "sentencepiece"
         elif content == "unknown config field":
             checkpoint["model_config"]["n_experts"] = 8
         torch.save(checkpoint, path)
-    assert message in error_of(capsys, "--checkpoint", str(path), "Hallo.")
+    err = error_of(capsys, "--checkpoint", str(path), "Hallo.")
+    assert all(str(value) in err for value in named), (named, err)
 
 
 @pytest.mark.parametrize("sentence", ["", "   "])
 def test_empty_input(checkpoint: Path, capsys, sentence: str) -> None:
-    assert "input sentence 2 is empty" in error_of(capsys, "--checkpoint", str(checkpoint), GERMAN[0], sentence)
+    assert "sentence 2" in error_of(capsys, "--checkpoint", str(checkpoint), GERMAN[0], sentence)
 
 
 def test_no_input(checkpoint: Path, capsys) -> None:
-    assert "give a sentence" in error_of(capsys, "--checkpoint", str(checkpoint))
+    assert "--eval" in error_of(capsys, "--checkpoint", str(checkpoint))
 
 
 def test_input_longer_than_the_model_allows(checkpoint: Path, capsys) -> None:
@@ -320,7 +329,7 @@ def test_input_longer_than_the_model_allows(checkpoint: Path, capsys) -> None:
 def test_eval_needs_a_multi30k_checkpoint_and_data(tmp_path: Path, checkpoint: Path, capsys, monkeypatch) -> None:
     toy = tmp_path / "copy.pt"
     torch.save(checkpoint_dict(task="copy"), toy)
-    assert "needs a Multi30k checkpoint" in error_of(capsys, "--checkpoint", str(toy), "--eval", "test")
+    assert "'copy'" in error_of(capsys, "--checkpoint", str(toy), "--eval", "test")
     # No folder given, none in MULTI30K_DIR, nothing in the cache and no network: say where to put the files.
     monkeypatch.delenv("MULTI30K_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -332,7 +341,7 @@ def test_eval_needs_a_multi30k_checkpoint_and_data(tmp_path: Path, checkpoint: P
     err = error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test")
     assert "MULTI30K_DIR" in err and "no network" in err
     err = error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test", "--data-dir", str(tmp_path))
-    assert "are missing from" in err and str(tmp_path) in err
+    assert str(tmp_path) in err
 
 
 def test_eval_refuses_files_that_are_not_the_published_multi30k(tmp_path: Path, checkpoint: Path, capsys) -> None:
@@ -340,25 +349,28 @@ def test_eval_refuses_files_that_are_not_the_published_multi30k(tmp_path: Path, 
         with gzip.open(tmp_path / name, "wt", encoding="utf-8") as f:
             f.write("Ein Mann.\n")
     err = error_of(capsys, "--checkpoint", str(checkpoint), "--eval", "test", "--data-dir", str(tmp_path))
-    assert "SHA-256" in err and "not the published Multi30k release" in err
+    assert "SHA-256" in err and str(tmp_path) in err
 
 
 @pytest.mark.parametrize(
-    "argv, message",
+    "argv, named",
     [
-        (["--beam", "0", "Hallo."], "--beam must be a positive integer, got 0"),
-        (["--batch-size", "0", "Hallo."], "--batch-size must be a positive integer"),
-        (["--eval", "test", "Hallo."], "not both"),
-        (["--length-penalty", "-1", "Hallo."], "--length-penalty must be between 0 and 10, got -1.0"),
+        (["--beam-size", "0", "Hallo."], ["--beam-size", "0", ">= 1"]),
+        (["--batch-size", "0", "Hallo."], ["--batch-size", "0", ">= 1"]),
+        (["--limit", "0", "--eval", "test"], ["--limit", "0"]),
+        (["--eval", "test", "Hallo."], ["--eval"]),
+        (["--length-penalty", "-1", "Hallo."], ["--length-penalty", "-1.0", "[0, 10]"]),
+        (["--device", "tpu9", "Hallo."], ["tpu9"]),
     ],
 )
-def test_bad_options(checkpoint: Path, capsys, argv: list[str], message: str) -> None:
-    assert message in error_of(capsys, "--checkpoint", str(checkpoint), *argv)
+def test_bad_options(checkpoint: Path, capsys, argv: list[str], named: list[str]) -> None:
+    err = error_of(capsys, "--checkpoint", str(checkpoint), *argv)
+    assert all(value in err for value in named), (named, err)
 
 
 def test_translator_raises_translation_error(checkpoint: Path) -> None:
     translator = Translator.from_checkpoint(checkpoint)
-    with pytest.raises(TranslationError, match="empty"):
+    with raises(TranslationError, "sentence 1"):
         translator.translate([""])
-    with pytest.raises(TypeError, match="list of sentences"):
+    with pytest.raises(TypeError):
         translator.translate("Ein Mann.")

@@ -1,48 +1,57 @@
 """transformer_lib: the code of "The Tested Transformer".
 
-One subject per module, in the order the book introduces them, with the chapters that use it (the
+Three layers, each importing only the ones below it: the core (the modules directly in this
+package), the applications (:mod:`transformer_lib.cli`: the train and translate command lines and
+everything about runs), and the book's support (:mod:`transformer_lib.book`). The core holds one
+subject per module, in the order the book introduces them, with the chapters that use it (the
 README's table says what each holds and names its tests):
 
-    attention             (multi-head) attention      chapter 1 (linear: 7)
+    validation            checks where input enters   every chapter
+    device                CPU or GPU, autocast        every chapter
+    attention             (multi-head) attention      chapter 1 (linear, grouped-query: 7)
     masking               masks (True = may attend)   chapter 2 (window: 7)
-    token_ids             token-id checks             chapter 2, 3
-    vocab                 word tokenizers, Vocab      chapter 3
+    properties            causality, padding, ...     chapter 1, 2
+    vocab                 Vocab, the Tokenizer API    chapter 3
     subword               BPE subwords                chapter 3
+    tokenizers            words, symbols, all kinds   chapter 3
     embeddings            embeddings and positions    chapter 3 (RoPE...: 7)
+    positional_attention  positions inside attention  chapter 7
+    positions             the positional schemes      chapter 3, 7
     dropout               dropout, faster on CPU      chapter 4
     blocks                layers and stacks           chapter 4
-    model                 the configured models       chapter 3, 4 (decoder-only: 7)
+    config                TransformerConfig, presets  chapter 3, 4
+    model                 assembly and the models     chapter 3, 4 (decoder-only: 7)
     reference             torch.nn twins for checks   chapter 1, 4
-    checks                property checks             chapter 1, 2
     multi30k              the corpus files            chapter 3, 5
-    prepared              the corpus as ids           chapter 5
     batching              batches and bucketing       chapter 5
+    prepared              the corpus as ids           chapter 5
     toy_tasks             copy and reverse            chapter 5, 6, 7
-    training              loss, schedules, loop       chapter 5
-    checkpoint            checkpoint files            chapter 5
     distributed           several processes           chapter 5
-    device                CPU or GPU                  every chapter
-    train                 training CLI                chapter 5
+    losses                label-smoothed loss         chapter 5
+    schedules             learning-rate schedules     chapter 5
+    metrics               accuracy, evaluation        chapter 5
+    checkpoint            checkpoint files            chapter 5
+    trainer               the training loop           chapter 5, 7
     kv_cache              key/value cache             chapter 6
-    decoding              greedy, beam, sampling      chapter 6 (prompts: 7)
+    decoding              greedy, sampling, prompts   chapter 6 (prompts: 7)
+    beam_search           beam search                 chapter 6
     evaluation            BLEU, chrF, WER, CER        chapter 6
-    translate             translation and its CLI     chapter 6
-    positional_attention  positions inside attention  chapter 7
+    translator            Translator, BLEU of a model chapter 6
     language_models       next-token LM, perplexity   chapter 7
     masked_lm             masked tokens, encoder-only chapter 7
 
 Later chapters add to earlier code without changing it: chapter 6's cache wraps chapter 1's
-attention (``kv_cache``), chapter 7's positions subclass it (``positional_attention``).
+attention (``kv_cache``), chapter 7's positions subclass it (``positional_attention``) and register
+in one table (``positions``).
 
 Import from the modules (``from transformer_lib.attention import MultiHeadAttention``) or from here.
-
-What exists for the book and not for the model (figures, the chart renderer, ``show_source``, the
-experiment-size switch, committed results, the memory probe) is in :mod:`transformer_lib.book`,
-which nothing here imports (``tests/test_layout.py``).
+Installing the package brings what the model, training and translation need; the book's plotting
+and building stack is the ``[book]`` extra (``pip install "transformer_lib[book]"``).
 """
 
 from .attention import MultiHeadAttention, linear_attention, scaled_dot_product_attention
 from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, Residual
+from .config import PRESETS, TransformerConfig
 from .embeddings import (
     ALiBiBias,
     LearnedPositionalEmbedding,
@@ -54,15 +63,18 @@ from .embeddings import (
     sinusoidal_table,
 )
 from .masking import causal_mask, combine_masks, padding_mask, sliding_window_mask, target_mask, to_torch_blocked
-from .model import PRESETS, DecoderOnlyTransformer, Transformer, TransformerConfig, count_parameters, init_parameters
+from .model import DecoderOnlyTransformer, Transformer, count_parameters, init_parameters
+from .positions import POSITIONAL
 
 __version__ = "0.1.0"
 
 __all__ = [
     "MultiHeadAttention", "linear_attention", "scaled_dot_product_attention",
     "Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward", "Residual",
+    "PRESETS", "TransformerConfig",
     "ALiBiBias", "LearnedPositionalEmbedding", "RelativePositionBias", "RotaryEmbedding",
     "SinusoidalPositionalEncoding", "TokenEmbedding", "alibi_slopes", "sinusoidal_table",
     "causal_mask", "combine_masks", "padding_mask", "sliding_window_mask", "target_mask", "to_torch_blocked",
-    "PRESETS", "DecoderOnlyTransformer", "Transformer", "TransformerConfig", "count_parameters", "init_parameters",
+    "DecoderOnlyTransformer", "Transformer", "count_parameters", "init_parameters",
+    "POSITIONAL",
 ]

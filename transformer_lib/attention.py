@@ -2,7 +2,7 @@
 
 Shapes:
 
-    B   batch size              H   number of heads
+    B   batch size              H   number of (query) heads    Hkv  key/value heads (grouped-query)
     T   number of queries       L   number of keys/values (L = T in self-attention, S in cross-attention)
     Dk  query/key width         Dv  value width (per head inside MultiHeadAttention)
 
@@ -24,34 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masking import check_mask
+from .validation import check_bias, check_mask
 
 __all__ = [
-    "scaled_dot_product_attention", "softmax_attention", "fused_attention", "MultiHeadAttention",
+    "scaled_dot_product_attention", "softmax_attention", "fused_attention", "share_key_value_heads", "MultiHeadAttention",
     "linear_attention", "causal_linear_attention",
 ]
-
-
-def _check_bias(bias: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
-    """Raise a clear error unless ``bias`` is a float tensor that broadcasts to ``scores_shape``
-    without enlarging it (the rule of :func:`transformer_lib.masking.check_mask`, for additive biases).
-    """
-    if not isinstance(bias, Tensor) or not bias.is_floating_point():
-        kind = bias.dtype if isinstance(bias, Tensor) else type(bias).__name__
-        raise TypeError(
-            f"bias must be a floating-point tensor added to the scores, got {kind}; "
-            "a boolean tensor is a mask: pass it as mask="
-        )
-    scores_shape = tuple(scores_shape)
-    try:
-        broadcast = torch.broadcast_shapes(bias.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(scores_shape):
-        raise ValueError(
-            f"bias of shape {tuple(bias.shape)} does not broadcast to the attention scores of shape "
-            f"{scores_shape} (batch..., queries, keys)"
-        )
 
 
 def scaled_dot_product_attention(
@@ -60,6 +38,7 @@ def scaled_dot_product_attention(
     value: Tensor,
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Attention written out: :math:`\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V`.
 
@@ -70,6 +49,8 @@ def scaled_dot_product_attention(
         mask: optional boolean mask, ``True`` = may attend, broadcastable to ``(..., T, L)``.
         dropout_p: dropout probability applied to the attention weights. Pass ``0.0`` outside
             training (``MultiHeadAttention`` does this for you).
+        bias: optional float tensor added to the scores, broadcastable to ``(..., T, L)``
+            (positions inside attention, chapter 7).
 
     Returns:
         ``(output, attn_weights)`` with shapes ``(..., T, Dv)`` and ``(..., T, L)``. The weights are
@@ -82,8 +63,11 @@ def scaled_dot_product_attention(
         )
     if key.size(-2) != value.size(-2):
         raise ValueError(f"key has {key.size(-2)} positions but value has {value.size(-2)}; they must match")
+    key, value = share_key_value_heads(query, key, value)  # grouped-query attention (chapter 7)
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, L)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)  # (..., T, L)
     return softmax_attention(scores, value, mask, dropout_p)
 
 
@@ -111,23 +95,41 @@ def fused_attention(
     bias: Tensor | None = None,
 ) -> Tensor:
     """The same attention through PyTorch's fused ``F.scaled_dot_product_attention`` (less memory,
-    no weights returned), on ``(B, H, T, Dk)`` heads. ``bias``: a float tensor added to the scores
-    (positions inside attention, chapter 7)."""
+    no weights returned), on ``(B, H, T, Dk)`` queries and ``(B, Hkv, L, ...)`` keys and values.
+    ``bias``: a float tensor added to the scores (positions inside attention, chapter 7)."""
     B, H, T, L = query.size(0), query.size(1), query.size(2), key.size(2)
     if mask is not None:
         check_mask(mask, (B, H, T, L))
     attn_mask = mask
     if bias is not None:
-        _check_bias(bias, (B, H, T, L))
+        check_bias(bias, (B, H, T, L))
         bias = bias.to(query.dtype)
         attn_mask = bias if mask is None else torch.where(mask, bias, float("-inf"))  # (B, H, T, L)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, Dv)
+    if key.size(1) != H and not _SDPA_SHARES_HEADS:  # grouped-query attention on an older PyTorch
+        key, value = share_key_value_heads(query, key, value)
+    grouped = {"enable_gqa": True} if key.size(1) != H else {}  # K/V heads shared in the kernel, not copied
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, **grouped)  # (B, H, T, Dv)
     # (Compiled graphs keep the guard: the probe below cannot run inside one.)
     if mask is not None and (torch.compiler.is_compiling() or not _fused_attention_zeroes_empty_rows(query.device, query.dtype)):
         # Older PyTorch releases return NaN for a query with no visible key; make it 0, as the
         # explicit path does.
         out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return out
+
+
+# F.scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
+_SDPA_SHARES_HEADS = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
+def share_key_value_heads(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    """Grouped-query attention: each key/value head ``(..., Hkv, L, D)`` repeated for its group of
+    ``H / Hkv`` query heads, ``(..., H, L, D)``, as ``F.scaled_dot_product_attention(enable_gqa=True)``
+    groups them (query head ``h`` uses key/value head ``h // (H / Hkv)``). Unchanged when the head
+    counts agree (ordinary multi-head attention, or inputs without a head dimension)."""
+    if query.dim() < 4 or key.size(-3) == query.size(-3):
+        return key, value
+    group = query.size(-3) // key.size(-3)
+    return key.repeat_interleave(group, dim=-3), value.repeat_interleave(group, dim=-3)  # (..., H, L, D)
 
 
 class MultiHeadAttention(nn.Module):
@@ -150,6 +152,10 @@ class MultiHeadAttention(nn.Module):
             models of different widths.
         vdim: width of the value input (default ``kdim``).
         bias: whether the four projections have biases.
+        n_kv_heads: key/value heads ``Hkv`` (default ``n_heads``). Fewer makes grouped-query
+            attention (Ainslie et al. 2023): each group of ``n_heads / n_kv_heads`` query heads
+            shares one key/value head, and the key/value cache holds ``Hkv`` heads instead of
+            ``H``; ``n_kv_heads=1`` is multi-query attention (Shazeer 2019).
 
     Shape:
         - query: ``(B, T, d_model)``; key: ``(B, L, kdim)``; value: ``(B, L, vdim)``
@@ -159,7 +165,8 @@ class MultiHeadAttention(nn.Module):
     Without ``need_weights`` the computation goes through the fused
     ``F.scaled_dot_product_attention`` (same numbers, less memory); with it, through the explicit
     :func:`scaled_dot_product_attention`, which can return the weights. Both happen in
-    :meth:`attend`, the seam later chapters override.
+    :meth:`attend`, the seam later chapters override; the key/value cache of chapter 6 calls
+    :meth:`project_query`, :meth:`project_key_value` and :meth:`attend` one by one.
 
     Example:
         >>> mha = MultiHeadAttention(d_model=6, n_heads=2, d_k=4, d_v=4)
@@ -181,24 +188,26 @@ class MultiHeadAttention(nn.Module):
         kdim: int | None = None,
         vdim: int | None = None,
         bias: bool = True,
+        n_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
-        _check_sizes(d_model, n_heads, dropout, d_k)
+        _check_sizes(d_model, n_heads, dropout, d_k, n_kv_heads)
         self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
+        self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self.d_k = d_model // n_heads if d_k is None else d_k
         self.d_v = self.d_k if d_v is None else d_v
         self.d_out = d_model if d_out is None else d_out
         self.kdim = d_model if kdim is None else kdim
         self.vdim = self.kdim if vdim is None else vdim
         self.q_proj = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, n_heads * self.d_k, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, n_heads * self.d_v, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, self.n_kv_heads * self.d_k, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, self.n_kv_heads * self.d_v, bias=bias)
         self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias)
 
     def split_heads(self, x: Tensor, width: int) -> Tensor:
-        """``(B, L, H * width)`` -> ``(B, H, L, width)``."""
+        """``(B, L, H * width)`` -> ``(B, H, L, width)`` (as many heads as ``width`` fits)."""
         B, L, _ = x.shape
-        return x.view(B, L, self.n_heads, width).transpose(1, 2)  # (B, H, L, width)
+        return x.view(B, L, -1, width).transpose(1, 2)  # (B, H, L, width)
 
     def merge_heads(self, x: Tensor) -> Tensor:
         """``(B, H, T, Dv)`` -> ``(B, T, H * Dv)``."""
@@ -216,40 +225,36 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``query`` to ``key``/``value``; returns ``(output, attn_weights)``, the weights
         ``(B, H, T, L)`` per head (not averaged as ``nn.MultiheadAttention`` does by default) or
         ``None`` unless ``need_weights``."""
-        self.check_inputs(query, key, value)
-        q = self.split_heads(self.q_proj(query), self.d_k)  # (B, H, T, Dk)
-        k = self.split_heads(self.k_proj(key), self.d_k)  # (B, H, L, Dk)
-        v = self.split_heads(self.v_proj(value), self.d_v)  # (B, H, L, Dv)
+        q = self.project_query(query)  # (B, H, T, Dk)
+        k, v = self.project_key_value(key, value)  # (B, H, L, Dk), (B, H, L, Dv)
         out, attn_weights = self.attend(q, k, v, mask, need_weights)  # (B, H, T, Dv)
         return self.out_proj(self.merge_heads(out)), attn_weights  # (B, T, d_out)
 
+    def project_query(self, query: Tensor) -> Tensor:
+        """Queries ``(B, T, d_model)`` -> one per head, ``(B, H, T, Dk)``."""
+        return self.split_heads(self.q_proj(query), self.d_k)
+
+    def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys ``(B, L, kdim)`` and values ``(B, L, vdim)`` -> one per key/value head, ``(B, Hkv, L, Dk)``
+        and ``(B, Hkv, L, Dv)`` (``Hkv = H`` unless grouped-query)."""
+        return self.split_heads(self.k_proj(key), self.d_k), self.split_heads(self.v_proj(value), self.d_v)
+
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, bias: Tensor | None = None
     ) -> tuple[Tensor, Tensor | None]:
-        """Every head at once: ``(B, H, T, Dk)`` queries over ``(B, H, L, ...)`` keys and values."""
+        """Every head at once: ``(B, H, T, Dk)`` queries over ``(B, H, L, ...)`` keys and values
+        (``bias``: added to the scores, chapter 7)."""
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:  # the explicit formula, which has the weights to return
-            return scaled_dot_product_attention(q, k, v, mask, dropout_p)
-        return fused_attention(q, k, v, mask, dropout_p), None  # same numbers, less memory
-
-    def check_inputs(self, query: Tensor, key: Tensor | None, value: Tensor | None) -> None:
-        """Raise a clear error for inputs of the wrong rank, width or batch (``None``: not given)."""
-        given = [(n, x, w) for n, x, w in (("query", query, self.d_model), ("key", key, self.kdim),
-                                           ("value", value, self.vdim)) if x is not None]
-        for name, x, width in given:
-            if x.dim() != 3:
-                raise ValueError(f"{name} must have shape (B, length, width), got {tuple(x.shape)}")
-            if x.size(-1) != width:
-                raise ValueError(f"{name} has width {x.size(-1)} but this layer expects {width}")
-        if key is not None and value is not None and key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in batch or length")
-        if key is not None and query.size(0) != key.size(0):
-            raise ValueError(f"query batch {query.size(0)} differs from key batch {key.size(0)}")
+            return scaled_dot_product_attention(q, k, v, mask, dropout_p, bias)
+        return fused_attention(q, k, v, mask, dropout_p, bias), None  # same numbers, less memory
 
 
-def _check_sizes(d_model: int, n_heads: int, dropout: float, d_k: int | None) -> None:
+def _check_sizes(d_model: int, n_heads: int, dropout: float, d_k: int | None, n_kv_heads: int | None) -> None:
     if n_heads < 1:
         raise ValueError(f"n_heads must be at least 1, got {n_heads}")
+    if n_kv_heads is not None and (n_kv_heads < 1 or n_heads % n_kv_heads != 0):
+        raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads}: each key/value head serves a group of query heads")
     if d_k is None and d_model % n_heads != 0:
         raise ValueError(
             f"d_model={d_model} is not divisible by n_heads={n_heads}; choose a d_model that is a "

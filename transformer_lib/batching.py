@@ -6,7 +6,8 @@
   :func:`make_loader`.
 
 It imports nothing from the model, and nothing about text: the ids come from
-:mod:`transformer_lib.prepared` or :mod:`transformer_lib.toy_tasks`.
+:mod:`transformer_lib.prepared` or :mod:`transformer_lib.toy_tasks`, and are checked against the
+vocabularies once, where they are loaded (:meth:`TranslationData.check_ids`).
 
 Shapes:
 
@@ -68,6 +69,15 @@ class TranslationData:
     @property
     def tgt_lengths(self) -> list[int]:
         return [len(t) for t in self.tgt]
+
+    def check_ids(self, src_vocab_size: int, tgt_vocab_size: int) -> None:
+        """Raise a ``ValueError`` naming the first id outside ``[0, vocab_size)``: the data's one range
+        check, made where data are loaded, so that no training step has to read its batches' values."""
+        for side, sentences, size in (("src", self.src, src_vocab_size), ("tgt", self.tgt, tgt_vocab_size)):
+            for i, sentence in enumerate(sentences):
+                if sentence and not 0 <= min(sentence) <= max(sentence) < size:
+                    bad = next(t for t in sentence if not 0 <= t < size)
+                    raise ValueError(f"{side} sentence {i} holds token id {bad}, outside the vocabulary [0, {size - 1}]")
 
     def subset(self, indices: Iterable[int]) -> TranslationData:
         indices = list(indices)

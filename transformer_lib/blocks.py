@@ -4,7 +4,8 @@ Shapes:
 
     B  batch size    S  source length    T  target length    D  model width (d_model)    H  heads
 
-Both layer-norm placements are supported:
+Each layer receives its sublayers (attention, feed-forward) ready-made; :mod:`transformer_lib.model`
+assembles them from a configuration. Both layer-norm placements are supported:
 
 - **Post-LN** (``norm_first=False``, the 2017 paper): ``x = LayerNorm(x + Dropout(f(x)))``.
 - **Pre-LN** (``norm_first=True``, what most current code does): ``x = x + Dropout(f(LayerNorm(x)))``,
@@ -15,14 +16,16 @@ Both layer-norm placements are supported:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
 from .dropout import Dropout
+from .validation import check_choice
 
 __all__ = [
+    "ACTIVATIONS",
     "FeedForward",
     "Residual",
     "EncoderLayer",
@@ -31,13 +34,8 @@ __all__ = [
     "Decoder",
 ]
 
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
-
-
-def _activation(name: str) -> nn.Module:
-    if name not in _ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {name!r}")
-    return _ACTIVATIONS[name]()
+# The feed-forward's activations by name (TransformerConfig.activation takes its names from here).
+ACTIVATIONS: Mapping[str, type[nn.Module]] = MappingProxyType({"relu": nn.ReLU, "gelu": nn.GELU})
 
 
 class FeedForward(nn.Module):
@@ -58,7 +56,8 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
-        self.activation = _activation(activation)
+        check_choice("activation", activation, ACTIVATIONS)
+        self.activation = ACTIVATIONS[activation]()
         self.dropout = Dropout(dropout)
         self.linear2 = nn.Linear(d_ff, d_model)
 
@@ -103,33 +102,41 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     """Self-attention, then feed-forward, each inside a :class:`Residual`.
 
+    The layer receives its sublayers (as the Annotated Transformer's ``make_model`` passes them):
+    any self-attention with :class:`~transformer_lib.attention.MultiHeadAttention`'s call, so
+    positions inside attention (chapter 7) or grouped-query attention need no change here.
+
     Args:
-        d_model, n_heads, d_ff: widths and number of heads.
-        dropout: residual and feed-forward dropout.
-        attn_dropout: dropout on the attention weights.
-        activation: feed-forward activation.
+        d_model: width ``D``.
+        self_attn: the self-attention, e.g. ``MultiHeadAttention(d_model, n_heads, attn_dropout)``.
+        feed_forward: e.g. ``FeedForward(d_model, d_ff, dropout)``.
+        dropout: residual dropout (on each sublayer's output).
         norm_first: Pre-LN (``True``) or Post-LN (``False``).
         eps: LayerNorm epsilon.
 
     Shape:
         x ``(B, S, D)``, src_mask broadcastable to ``(B, H, S, S)`` -> ``(B, S, D)``, and the
         attention weights ``(B, H, S, S)`` if ``need_weights`` else ``None``.
+
+    Example:
+        >>> from transformer_lib.attention import MultiHeadAttention
+        >>> layer = EncoderLayer(8, MultiHeadAttention(8, n_heads=2), FeedForward(8, d_ff=32))
+        >>> layer(torch.randn(2, 5, 8))[0].shape
+        torch.Size([2, 5, 8])
     """
 
     def __init__(
         self,
         d_model: int,
-        n_heads: int,
-        d_ff: int,
+        self_attn: nn.Module,
+        feed_forward: nn.Module,
         dropout: float = 0.1,
-        attn_dropout: float = 0.1,
-        activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_dropout)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
+        self.self_attn = self_attn
+        self.feed_forward = feed_forward
         self.attn_residual = Residual(d_model, dropout, norm_first, eps)
         self.ff_residual = Residual(d_model, dropout, norm_first, eps)
 
@@ -144,7 +151,8 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder memory, then feed-forward.
 
-    Args: as :class:`EncoderLayer`.
+    Args: as :class:`EncoderLayer`, and ``cross_attn``, the attention from the target positions
+    to the encoder's memory.
 
     Shape:
         x ``(B, T, D)``; memory ``(B, S, D)``; tgt_mask broadcastable to ``(B, H, T, T)``;
@@ -155,18 +163,17 @@ class DecoderLayer(nn.Module):
     def __init__(
         self,
         d_model: int,
-        n_heads: int,
-        d_ff: int,
+        self_attn: nn.Module,
+        cross_attn: nn.Module,
+        feed_forward: nn.Module,
         dropout: float = 0.1,
-        attn_dropout: float = 0.1,
-        activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, attn_dropout)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
+        self.self_attn = self_attn
+        self.cross_attn = cross_attn
+        self.feed_forward = feed_forward
         self.self_attn_residual = Residual(d_model, dropout, norm_first, eps)
         self.cross_attn_residual = Residual(d_model, dropout, norm_first, eps)
         self.ff_residual = Residual(d_model, dropout, norm_first, eps)

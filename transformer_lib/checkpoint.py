@@ -3,12 +3,15 @@
 A checkpoint is a plain dict of Python values and tensors (:data:`CHECKPOINT_KEYS` lists what
 every one holds; :func:`checkpoint_metadata` builds the part that describes the model and its
 data), written atomically with a SHA-256 checksum and read with ``torch.load(weights_only=True)``.
-:func:`average_checkpoints` averages the weights of the last few (Vaswani et al. 2017, section 6.1).
+Files of the first format are read too (:func:`upgrade_checkpoint` brings them up to date in
+memory). :func:`average_checkpoints` averages the weights of the last few (Vaswani et al. 2017,
+section 6.1).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections import OrderedDict
@@ -19,8 +22,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .model import upgrade_state_dict
+
 __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
+    "upgrade_checkpoint",
     "CHECKPOINT_KEYS",
     "CheckpointError",
     "checkpoint_metadata",
@@ -35,17 +41,18 @@ __all__ = [
 
 # --- Checkpoint files --------------------------------------------------------------------------
 
-CHECKPOINT_FORMAT_VERSION = 1
-# What every checkpoint holds. The first six describe the model and its data, so a checkpoint
+# 2: the tokenizers (each with its kind) replace format 1's vocabularies and BPE JSON, and the
+# output layer's weight is "output_layer.weight" (format 1: "generator.weight").
+CHECKPOINT_FORMAT_VERSION = 2
+# What every checkpoint holds. The first five describe the model and its data, so a checkpoint
 # alone is enough to rebuild the model and translate; the rest let training resume exactly.
 CHECKPOINT_KEYS = (
     "format_version",
     "model_config",  # TransformerConfig.to_dict()
     "model_state",  # model.state_dict()
-    "src_vocab",  # Vocab.to_dict()
-    "tgt_vocab",  # Vocab.to_dict()
+    "tokenizers",  # {"src": Tokenizer.to_dict(), "tgt": Tokenizer.to_dict()}, each with its "kind"
     "task",  # "copy" | "reverse" | "multi30k"
-    "data",  # how text becomes ids: {"src_lang": "de", "tgt_lang": "en", "lowercase": False, ...}
+    "data",  # how text became ids: {"src_lang": "de", "tgt_lang": "en", "source_format": ..., ...}
     "optimizer_state",
     "scheduler_state",
     "train_config",
@@ -63,25 +70,29 @@ class CheckpointError(ValueError):
 
 
 def checkpoint_metadata(
-    model_config: Any, src_vocab: Any, tgt_vocab: Any, task: str, data: Mapping[str, Any] | None = None, **extra: Any
+    model_config: Any, src_tokenizer: Any, tgt_tokenizer: Any, task: str, data: Mapping[str, Any] | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
     """What a checkpoint holds besides the training state: enough to rebuild the model and translate.
 
     Args:
         model_config: a ``TransformerConfig`` (or its ``to_dict()``).
-        src_vocab, tgt_vocab: ``Vocab`` s (or their ``to_dict()``).
+        src_tokenizer, tgt_tokenizer: :class:`~transformer_lib.vocab.Tokenizer` s (or their ``to_dict()``).
         task: ``"copy"``, ``"reverse"`` or ``"multi30k"``.
-        data: how text becomes ids (``src_lang``, ``tgt_lang``, ``lowercase``, ``source_format``, ...).
+        data: how text became ids (``src_lang``, ``tgt_lang``, ``source_format``, ...).
         extra: more entries, e.g. ``run`` (the command line's settings).
 
     Returns:
-        The dict for ``transformer_lib.training.Trainer(metadata=...)``: ``model_config``, ``src_vocab``, ``tgt_vocab``,
-        ``task``, ``data`` (see :data:`CHECKPOINT_KEYS`) and ``extra``.
+        The dict for ``transformer_lib.trainer.Trainer(metadata=...)``: ``model_config``,
+        ``tokenizers``, ``task``, ``data`` (see :data:`CHECKPOINT_KEYS`) and ``extra``.
     """
+    tokenizers = {"src": _as_dict(src_tokenizer), "tgt": _as_dict(tgt_tokenizer)}
+    for side, given in (("src", src_tokenizer), ("tgt", tgt_tokenizer)):
+        if "kind" not in tokenizers[side]:
+            raise TypeError(f"the {side} tokenizer must be a Tokenizer (or its dict, with its kind), got a {type(given).__name__}")
     return {
         "model_config": _as_dict(model_config),
-        "src_vocab": _as_dict(src_vocab),
-        "tgt_vocab": _as_dict(tgt_vocab),
+        "tokenizers": tokenizers,
         "task": task,
         "data": dict(data or {}),
         **extra,
@@ -243,12 +254,11 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device | None = 
             f"{path} holds a {kind} without 'format_version': not a transformer_lib checkpoint "
             "(a bare state_dict, perhaps; load that with model.load_state_dict(torch.load(...)))"
         )
-    if checkpoint["format_version"] != CHECKPOINT_FORMAT_VERSION:
+    if checkpoint["format_version"] not in (1, CHECKPOINT_FORMAT_VERSION):
         raise CheckpointError(
             f"{path} has checkpoint format_version {checkpoint['format_version']!r}; this library reads "
-            f"version {CHECKPOINT_FORMAT_VERSION}"
+            f"versions 1 and {CHECKPOINT_FORMAT_VERSION}"
         )
-    _check_keys(checkpoint, str(path))
     stored = checkpoint.get("checksum")  # absent in checkpoints written before checksums existed
     if stored is not None:
         expected = stored.get("sha256") if isinstance(stored, dict) else None
@@ -257,7 +267,53 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device | None = 
                 f"{path} is corrupt: its contents do not match the SHA-256 checksum stored when it was "
                 "written (the file changed on disk or in a copy); use a backup, or start over with --restart"
             )
+    if checkpoint["format_version"] == 1:
+        try:
+            checkpoint = upgrade_checkpoint(checkpoint)
+        except CheckpointError as error:
+            raise CheckpointError(f"{path}: {error}") from None
+    _check_keys(checkpoint, str(path))
     return checkpoint
+
+
+# The entries of format 1 that format 2 replaced.
+_FORMAT_1_KEYS = ("format_version", "model_config", "model_state", "src_vocab", "tgt_vocab", "task", "data")
+
+
+def upgrade_checkpoint(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """A format-1 checkpoint in today's format (2), in memory: its vocabularies (and the BPE model's
+    JSON) become ``tokenizers`` with their kind, and its weights get today's names
+    (:func:`transformer_lib.model.upgrade_state_dict`). Of the BPE JSON only the vocabulary and
+    the merges are read; normalisation and splitting are the library's. The result carries
+    ``upgraded_from: 1``. A current checkpoint comes back unchanged.
+    """
+    if checkpoint.get("format_version") == CHECKPOINT_FORMAT_VERSION:
+        return dict(checkpoint)
+    missing = [key for key in _FORMAT_1_KEYS if key not in checkpoint]
+    if missing:
+        raise CheckpointError(f"a format-1 checkpoint lacks {missing}")
+    upgraded = {key: value for key, value in checkpoint.items() if key not in ("src_vocab", "tgt_vocab", "checksum")}
+    data = dict(checkpoint["data"] or {})
+    subword = data.pop("subword_model", None)
+    upgraded.update(
+        format_version=CHECKPOINT_FORMAT_VERSION, data=data, upgraded_from=1,
+        model_state=upgrade_state_dict(checkpoint["model_state"]),
+        tokenizers={side: _format_1_tokenizer(checkpoint, side, data, subword) for side in ("src", "tgt")},
+    )
+    return upgraded
+
+
+def _format_1_tokenizer(checkpoint: Mapping[str, Any], side: str, data: Mapping[str, Any], subword: str | None) -> dict[str, Any]:
+    """One side's tokenizer dict, from a format-1 checkpoint's vocabulary and data description."""
+    tokens = list(checkpoint[f"{side}_vocab"]["tokens"])
+    lowercase = bool(data.get("lowercase", False))
+    if checkpoint["task"] != "multi30k":
+        return {"kind": "symbols", "tokens": tokens}
+    if subword is not None:
+        merges = json.loads(subword)["model"]["merges"]
+        pairs = [list(pair) if isinstance(pair, list) else pair.split(" ") for pair in merges]
+        return {"kind": "bpe", "tokens": tokens, "merges": pairs, "lowercase": lowercase}
+    return {"kind": "words", "tokens": tokens, "lang": data[f"{side}_lang"], "lowercase": lowercase}
 
 
 # --- Checkpoint averaging ----------------------------------------------------------------------

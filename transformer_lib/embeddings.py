@@ -19,7 +19,6 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .token_ids import check_token_ids
 
 __all__ = [
     "TokenEmbedding",
@@ -48,7 +47,9 @@ class TokenEmbedding(nn.Module):
         d_model: ``D``.
 
     Shape:
-        tokens ``(B, L)`` integer ids in ``[0, V)`` -> ``(B, L, D)``.
+        tokens ``(B, L)`` integer ids in ``[0, V)`` -> ``(B, L, D)``. The ids are not checked here
+        (reading them would stall a GPU at every step): the data pipeline and the decoding
+        functions check them where they enter.
     """
 
     def __init__(self, vocab_size: int, d_model: int) -> None:
@@ -64,7 +65,6 @@ class TokenEmbedding(nn.Module):
         return self.embedding.weight
 
     def forward(self, tokens: Tensor) -> Tensor:
-        check_token_ids(tokens, "token ids", self.vocab_size)
         return self.embedding(tokens) * self.scale  # (B, L, D)
 
 

@@ -3,7 +3,8 @@ error rates (via jiwer), and exact match for toy tasks.
 
 BLEU is only comparable between papers when it is computed the same way (Post 2018, "A Call for
 Clarity in Reporting BLEU Scores"). So we follow sacrebleu's rules: the model's output is turned
-back into ordinary text (:func:`detokenize`), scored against the *raw* reference sentences, and
+back into ordinary text (:func:`transformer_lib.tokenizers.detokenize`, or a tokenizer's
+``decode``), scored against the *raw* reference sentences, and
 sacrebleu tokenizes both itself. Every score carries sacrebleu's *signature*, the string that says
 exactly how it was computed (``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``).
 
@@ -22,14 +23,11 @@ This module imports nothing from the model.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 __all__ = [
-    "detokenize",
     "BleuScore",
     "corpus_bleu",
     "bleu_scores",
@@ -41,78 +39,6 @@ __all__ = [
     "word_edits",
     "exact_match",
 ]
-
-_WORD_END = re.compile(r"[^\W_]$")  # the token ends with a letter or digit
-_WORD_START = re.compile(r"^[^\W_]")  # the token starts with a letter or digit
-
-
-@lru_cache(maxsize=None)
-def _moses_detokenizer(lang: str) -> Any:
-    from sacremoses import MosesDetokenizer  # imported lazily: only detokenizing needs it
-
-    return MosesDetokenizer(lang=lang)
-
-
-def _undo_spacy_splits(tokens: Sequence[str]) -> list[str]:
-    """Re-join the two splits spaCy makes inside words, which Moses' rules do not know.
-
-    - ``"n't"`` belongs to the word before it: spaCy splits "isn't" into ``is`` + ``n't`` and
-      "can't" into ``ca`` + ``n't``, so gluing gives back the original spelling.
-    - spaCy's English tokenizer splits hyphens *inside* words ("t-shirt" -> ``t`` ``-`` ``shirt``).
-      A ``-`` token between two word tokens is re-joined. This also joins a dash that stood between
-      spaces in the original ("a - b"), but in Multi30k's English training text hyphens inside
-      words outnumber such dashes 200 to 1.
-    """
-    out: list[str] = []
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        if token.lower() == "n't" and out:
-            out[-1] += token
-        elif (
-            token == "-"
-            and out
-            and i + 1 < len(tokens)
-            and _WORD_END.search(out[-1])
-            and _WORD_START.search(tokens[i + 1])
-        ):
-            out[-1] += "-" + tokens[i + 1]
-            i += 1
-        else:
-            out.append(token)
-        i += 1
-    return out
-
-
-def detokenize(tokens: Sequence[str], lang: str = "en") -> str:
-    """Turn a list of tokens back into ordinary text, the inverse of the spaCy tokenizer.
-
-    A model outputs tokens without the whitespace between them, so joining on spaces gives
-    ``"A man 's bike ."`` where the reference says ``"A man's bike."``; sacrebleu would then count
-    mismatches that are only spacing. We use the Moses detokenizer (``sacremoses``, the reference
-    rules of the Moses SMT toolkit: punctuation, quotes, brackets, clitics such as ``'s``) after
-    re-joining the two splits spaCy makes inside words (``n't`` and intra-word hyphens).
-
-    On Multi30k's 1,000 English test sentences, ``detokenize(tokenizer("en")(s)) == s`` holds for
-    more than 99% of them (checked in ``tests/test_evaluation.py``).
-
-    Args:
-        tokens: the tokens of one sentence, e.g. from :meth:`transformer_lib.vocab.Vocab.decode`.
-        lang: language code for Moses' language-specific rules (``"en"``, ``"de"``, ...).
-
-    Returns:
-        The sentence as a string.
-
-    Example:
-        >>> detokenize(["A", "man", "'s", "t", "-", "shirt", "is", "n't", "red", "."])
-        "A man's t-shirt isn't red."
-    """
-    if isinstance(tokens, str):
-        raise TypeError("detokenize expects a list of tokens, not a string; split it first or use it as is")
-    joined = _undo_spacy_splits(tokens)
-    # unescape=False: our tokens are plain text, not Moses' XML-escaped tokens (&amp; stays &amp;).
-    return _moses_detokenizer(lang).detokenize(joined, unescape=False)
-
 
 @dataclass(frozen=True)
 class BleuScore:

@@ -8,8 +8,9 @@ the encoder memory, which does not change at all: compute them at the first step
 Chapter 1's :class:`~transformer_lib.attention.MultiHeadAttention` knows nothing of this. Inside
 ``with kv_cache(model) as cache:`` each decoder layer's attention is wrapped by a module that
 keeps its keys and values (:class:`CachedSelfAttention`, :class:`CachedCrossAttention`); the
-wrappers call the layer's own projections and its :meth:`attend`, so they work for every
-attention of the book (positions inside attention included) and hold no weights of their own.
+wrappers call the layer's own projections (``project_query``, ``project_key_value``) and its
+``attend``, so they work for every attention of the book (positions inside attention included)
+and hold no weights of their own.
 On leaving the block the model has its own modules back.
 
 Shapes: ``B`` batch, ``H`` heads, ``T_new`` new positions, ``L`` positions seen so far,
@@ -50,10 +51,8 @@ class CachedSelfAttention(nn.Module):
     def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         a = self.attention
-        a.check_inputs(query, key, value)
-        q = a.split_heads(a.q_proj(query), a.d_k)  # (B, H, T_new, Dk)
-        k = a.split_heads(a.k_proj(key), a.d_k)  # (B, H, T_new, Dk)
-        v = a.split_heads(a.v_proj(value), a.d_v)  # (B, H, T_new, Dv)
+        q = a.project_query(query)  # (B, H, T_new, Dk)
+        k, v = a.project_key_value(key, value)  # (B, H, T_new, Dk), (B, H, T_new, Dv)
         if self.key is not None:
             k = torch.cat([self.key, k], dim=2)  # (B, H, L, Dk): the old positions' keys, then the new
             v = torch.cat([self.value, v], dim=2)  # (B, H, L, Dv)
@@ -75,11 +74,8 @@ class CachedCrossAttention(CachedSelfAttention):
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         a = self.attention
         if self.key is None:
-            a.check_inputs(query, key, value)
-            self.key = a.split_heads(a.k_proj(key), a.d_k)  # (B, H, S, Dk)
-            self.value = a.split_heads(a.v_proj(value), a.d_v)  # (B, H, S, Dv)
-        a.check_inputs(query, None, None)
-        q = a.split_heads(a.q_proj(query), a.d_k)  # (B, H, T_new, Dk)
+            self.key, self.value = a.project_key_value(key, value)  # (B, H, S, Dk), (B, H, S, Dv)
+        q = a.project_query(query)  # (B, H, T_new, Dk)
         out, attn_weights = a.attend(q, self.key, self.value, mask, need_weights)  # (B, H, T_new, Dv)
         return a.out_proj(a.merge_heads(out)), attn_weights  # (B, T_new, d_out)
 
@@ -104,15 +100,15 @@ class KVCache:
 
 @contextmanager
 def kv_cache(model: nn.Module) -> Iterator[KVCache]:
-    """Within the block, ``model.decoder``'s layers keep keys and values between calls.
+    """Within the block, the layers of ``model.decoder_layers`` keep keys and values between calls.
 
     Feed the model only the positions it has not seen (``model.decode(new_tokens, ..., start=
     cache.length)``); the model's own attention modules are back when the block ends, even on an
     error. ``model`` is a :class:`~transformer_lib.model.Transformer` or
-    :class:`~transformer_lib.model.DecoderOnlyTransformer` (anything whose ``decoder.layers`` have
+    :class:`~transformer_lib.model.DecoderOnlyTransformer` (anything whose ``decoder_layers`` have
     ``self_attn`` and perhaps ``cross_attn``).
     """
-    layers = model.decoder.layers
+    layers = model.decoder_layers
     if any(isinstance(getattr(layer, "self_attn", None), CachedSelfAttention) for layer in layers):
         raise RuntimeError("this model is already inside kv_cache(); one cache per model at a time")
     originals = [(layer.self_attn, getattr(layer, "cross_attn", None)) for layer in layers]

@@ -5,7 +5,8 @@ and the short training loop that the decoder-only and the masked (encoder-only) 
 - Batches: :func:`lm_batch` (one batch of sentences, shifted by one), :func:`lm_batches` (a corpus,
   length-bucketed with chapter 5's :class:`~transformer_lib.batching.BucketBatchSampler`).
 - Loss and evaluation: :func:`next_token_loss`, :func:`token_nll`, :func:`perplexity`.
-- Training: :func:`train_steps` (Adam, linear warm-up, a loss function passed in).
+- Training: :func:`train_steps`, one pass of chapter 5's :class:`~transformer_lib.trainer.Trainer`
+  with a loss function passed in (Adam, linear warm-up).
 
 Shapes:
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,9 @@ from torch import Tensor, nn
 
 from .batching import BucketBatchSampler, pad_sequences
 from .multi30k import load_multi30k
-from .vocab import SPECIALS, Vocab, tokenize_corpus
+from .tokenizers import tokenize_corpus
+from .trainer import TrainConfig, Trainer
+from .vocab import SPECIALS, Vocab
 
 __all__ = [
     "IGNORE_INDEX",
@@ -139,7 +143,7 @@ def token_nll(model: nn.Module, inputs: Tensor, targets: Tensor) -> tuple[float,
     """Summed negative log-likelihood (nats) of the scored targets of one batch, and how many there are."""
     logits = model(inputs)  # (B, T, V)
     nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
-    return nll.item(), int((targets != IGNORE_INDEX).sum())
+    return float(nll), int((targets != IGNORE_INDEX).sum())
 
 
 def perplexity(
@@ -176,22 +180,23 @@ def train_steps(
 ) -> list[float]:
     """One pass over ``batches`` with Adam, a linear warm-up to ``lr`` and a constant rate after.
 
-    ``loss_fn(model, inputs, targets)`` gives the loss of one batch (:func:`next_token_loss`, or
-    :func:`~transformer_lib.masked_lm.masked_token_loss`). Returns the loss of every step.
+    ``loss_fn(model, inputs, targets)`` gives the mean loss of one batch (:func:`next_token_loss`,
+    or :func:`~transformer_lib.masked_lm.masked_token_loss`). The updates are chapter 5's
+    :class:`~transformer_lib.trainer.Trainer`'s, with Adam's own betas and epsilon (AdamW without
+    weight decay is Adam) and the ``constant`` schedule of :data:`~transformer_lib.schedules.SCHEDULES`.
+    Returns the loss of every step.
     """
     if lr <= 0 or warmup_steps < 0:
         raise ValueError(f"lr must be positive and warmup_steps non-negative, got lr={lr}, warmup_steps={warmup_steps}")
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)))
-    model.train()
-    losses = []
-    for inputs, targets in batches:
-        loss = loss_fn(model, inputs.to(device), targets.to(device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip_norm is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-    return losses
+    config = TrainConfig(
+        epochs=1, schedule="constant", lr=lr, warmup_steps=warmup_steps + 1, clip_norm=clip_norm, label_smoothing=0.0,
+        betas=(0.9, 0.999), adam_eps=1e-8, log_every=1, progress=False,
+    )
+    trainer = Trainer(model, batches, config, loss=partial(_mean_loss, loss_fn), device=device)
+    trainer.fit()
+    return [record["loss"] for record in trainer.history["train"]]
+
+
+def _mean_loss(loss_fn: LossFn, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
+    """``loss_fn``'s mean loss as the trainer's ``(summed loss, count)``: a count of 1."""
+    return loss_fn(model, *batch), 1

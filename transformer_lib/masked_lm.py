@@ -3,7 +3,8 @@
 - :func:`mask_tokens`: pick 15% of the tokens; of those, 80% become ``<mask>``, 10% a random word,
   10% stay; only the picked ones are scored.
 - :class:`EncoderOnlyTransformer`: chapter 4's encoder stack, no causal mask, with an output layer
-  tied to the embedding; :func:`encoder_only_config` makes its configuration.
+  tied to the embedding; :meth:`TransformerConfig.encoder_only <transformer_lib.config.TransformerConfig.encoder_only>`
+  makes its configuration, :func:`transformer_lib.model.build_encoder` its stack.
 - :func:`masked_token_loss`: the loss on the picked positions only.
 
 Shapes:
@@ -15,21 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .blocks import Encoder, EncoderLayer
+from .config import TransformerConfig
 from .dropout import Dropout
 from .embeddings import TokenEmbedding
 from .language_models import IGNORE_INDEX
 from .masking import padding_mask
-from .model import Transformer, TransformerConfig, _final_norm, _layer_args, attention_positions, init_parameters, input_positions
-from .positional_attention import with_attention_positions
+from .model import build_encoder, init_parameters
 
-__all__ = ["MASK", "MaskedTokens", "mask_tokens", "encoder_only_config", "EncoderOnlyTransformer", "masked_token_loss", "masked_token_accuracy"]
+__all__ = ["MASK", "MaskedTokens", "mask_tokens", "EncoderOnlyTransformer", "masked_token_loss", "masked_token_accuracy"]
 
 MASK = "<mask>"
 
@@ -87,20 +86,6 @@ def _special_and_word_ids(mask_id: int, vocab_size: int, special_ids: Sequence[i
     return specials, ordinary.nonzero().squeeze(1)
 
 
-def encoder_only_config(preset: str, vocab_size: int, **overrides: Any) -> TransformerConfig:
-    """A preset's sizes for an :class:`EncoderOnlyTransformer`: no decoder, one vocabulary.
-
-    Example:
-        >>> cfg = encoder_only_config("tiny", vocab_size=20)
-        >>> cfg.n_encoder_layers, cfg.n_decoder_layers
-        (2, 0)
-    """
-    return TransformerConfig.from_preset(
-        preset, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, n_decoder_layers=0,
-        share_embeddings=True, **overrides,
-    )
-
-
 class EncoderOnlyTransformer(nn.Module):
     """An encoder-only model (BERT, Devlin et al. 2019): every position attends to every other.
 
@@ -110,13 +95,13 @@ class EncoderOnlyTransformer(nn.Module):
 
     Args:
         config: a :class:`TransformerConfig` with ``n_decoder_layers=0`` and one vocabulary
-            (:func:`encoder_only_config` makes one).
+            (:meth:`TransformerConfig.encoder_only` makes one).
 
     Shape:
         tokens ``(B, T)``; mask broadcastable to ``(B, H, T, T)`` (default: padding only) -> logits ``(B, T, V)``.
 
     Example:
-        >>> model = EncoderOnlyTransformer(encoder_only_config("tiny", vocab_size=11))
+        >>> model = EncoderOnlyTransformer(TransformerConfig.encoder_only("tiny", vocab_size=11))
         >>> model(torch.randint(1, 11, (2, 5))).shape
         torch.Size([2, 5, 11])
     """
@@ -128,17 +113,16 @@ class EncoderOnlyTransformer(nn.Module):
             raise ValueError(
                 f"an encoder-only model has no decoder and one vocabulary, got n_decoder_layers={c.n_decoder_layers}, "
                 f"src_vocab_size={c.src_vocab_size}, tgt_vocab_size={c.tgt_vocab_size}; "
-                "make the config with encoder_only_config(preset, vocab_size, ...)"
+                "make the config with TransformerConfig.encoder_only(preset, vocab_size, ...)"
             )
         self.config = c
         self.embed = TokenEmbedding(c.src_vocab_size, c.d_model)
-        self.positions = input_positions(c)
+        self.positions, encoder = build_encoder(c, c.n_encoder_layers)
         self.embed_dropout = Dropout(c.dropout)
-        self.encoder = Encoder([EncoderLayer(**_layer_args(c)) for _ in range(c.n_encoder_layers)], _final_norm(c))
-        with_attention_positions(self.encoder.layers, attention_positions(c, bidirectional=True))
-        self.generator = nn.Linear(c.d_model, c.src_vocab_size, bias=False)
+        self.encoder = encoder
+        self.output_layer = nn.Linear(c.d_model, c.src_vocab_size, bias=False)
         init_parameters(self)
-        self.generator.weight = self.embed.weight  # tied: one Parameter (chapter 3)
+        self.output_layer.weight = self.embed.weight  # tied: one Parameter (chapter 3)
 
     def make_mask(self, tokens: Tensor) -> Tensor:
         """``padding_mask(tokens)`` with ``config.pad_id``: every real token may attend to every other."""
@@ -148,13 +132,12 @@ class EncoderOnlyTransformer(nn.Module):
         self, tokens: Tensor, mask: Tensor | None = None, need_weights: bool = False
     ) -> tuple[Tensor, list[Tensor | None]]:
         """Token ids ``(B, T)`` -> states ``(B, T, D)`` and, with ``need_weights``, each layer's attention."""
-        Transformer._check_ids(tokens, "tokens")
         mask = self.make_mask(tokens) if mask is None else mask
         x = self.embed_dropout(self.positions(self.embed(tokens)))  # (B, T, D)
         return self.encoder(x, mask, need_weights=need_weights)
 
     def forward(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
-        return self.generator(self.encode(tokens, mask)[0])  # (B, T, V)
+        return self.output_layer(self.encode(tokens, mask)[0])  # (B, T, V)
 
     def attention_maps(self, tokens: Tensor, mask: Tensor | None = None) -> list[Tensor]:
         """Self-attention weights of every layer, ``(B, H, T, T)`` each (for figures; use ``eval()``)."""
@@ -165,10 +148,12 @@ def masked_token_loss(model: EncoderOnlyTransformer, inputs: Tensor, targets: Te
     """Mean cross-entropy on the picked positions only (``targets`` from :func:`mask_tokens`).
 
     The output layer runs on the picked positions alone: about 15% of the work of all of them.
+    (Picking them by a boolean index is the one step in the library whose shape depends on the
+    data, so on a GPU it waits once per batch for the mask to be counted.)
     """
     states, _ = model.encode(inputs)  # (B, T, D)
     scored = targets != IGNORE_INDEX  # (B, T)
-    logits = model.generator(states[scored])  # (N, V), N picked positions
+    logits = model.output_layer(states[scored])  # (N, V), N picked positions
     return F.cross_entropy(logits, targets[scored])
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .token_ids import check_token_ids
 
 __all__ = [
     "padding_mask",
@@ -32,7 +31,6 @@ __all__ = [
     "sliding_window_mask",
     "combine_masks",
     "target_mask",
-    "check_mask",
     "to_torch_blocked",
 ]
 
@@ -53,7 +51,6 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
         >>> padding_mask(torch.tensor([[5, 7, 0]]), pad_id=0).squeeze()
         tensor([ True,  True, False])
     """
-    check_token_ids(tokens, "tokens", batched=True)
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, L)
 
 
@@ -179,32 +176,6 @@ def target_mask(tgt: Tensor, pad_id: int) -> Tensor:
     pad = padding_mask(tgt, pad_id)  # (B, 1, 1, T)
     future = causal_mask(tgt.size(1), device=tgt.device)  # (1, 1, T, T)
     return pad & future  # (B, 1, T, T)
-
-
-def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
-    """Raise a clear error unless ``mask`` is boolean and broadcasts to ``scores_shape``.
-
-    Broadcasting must not *enlarge* the scores: a ``(B, 1, 1, L)`` mask against ``(B, T, L)``
-    scores would silently produce ``(B, B, T, L)``, which is always a bug.
-    """
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"mask must be boolean with True = may attend, got dtype {mask.dtype}. "
-            "(Additive float masks are a different convention; build a boolean mask instead.)"
-        )
-    scores_shape = tuple(scores_shape)
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(scores_shape):
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores of shape "
-            f"{scores_shape} (batch..., queries, keys); each mask dimension must be 1 or equal the "
-            "scores' size there"
-        )
 
 
 def to_torch_blocked(mask: Tensor) -> Tensor:

@@ -13,22 +13,21 @@ that overrides only its seam, :meth:`~transformer_lib.attention.MultiHeadAttenti
 Positions come from the shapes alone: the ``L`` keys sit at positions ``0 .. L-1`` and the ``T``
 queries are the last ``T`` of them. That holds in self-attention with or without chapter 6's
 key/value cache (which hands ``attend`` every cached key and only the new queries), so neither
-class needs to know whether a cache is in use.
+class needs to know whether a cache is in use. Which stack gets which is decided in one table,
+:data:`transformer_lib.positions.POSITIONAL`.
 
 Shapes: ``B`` batch, ``H`` heads, ``T`` queries, ``L`` keys, ``Dk``/``Dv`` head widths.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention, fused_attention, softmax_attention
-from .embeddings import RotaryEmbedding
+from .attention import MultiHeadAttention
 
-__all__ = ["RotaryAttention", "BiasedAttention", "with_attention_positions"]
+__all__ = ["RotaryAttention", "BiasedAttention"]
 
 
 def _query_start(q: Tensor, k: Tensor) -> int:
@@ -79,27 +78,4 @@ class BiasedAttention(MultiHeadAttention):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
         bias = self.position_bias(q.size(2), k.size(2), _query_start(q, k))  # (1, H, T, L)
-        dropout_p = self.dropout if self.training else 0.0
-        if need_weights:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias.to(q.dtype)  # (B, H, T, L)
-            return softmax_attention(scores, v, mask, dropout_p)
-        return fused_attention(q, k, v, mask, dropout_p, bias=bias), None  # the bias joins the mask
-
-
-def with_attention_positions(layers: nn.ModuleList, positions: nn.Module | None) -> None:
-    """Give every layer of one stack self-attention with ``positions`` inside: a
-    :class:`RotaryAttention` for a ``RotaryEmbedding``, a :class:`BiasedAttention` for a score bias,
-    nothing for ``None``. The new attention keeps each layer's sizes and dropout; its weights are
-    fresh (the model initialises all weights after building its layers). All layers share
-    ``positions``.
-    """
-    if positions is None:
-        return
-    for layer in layers:
-        old = layer.self_attn
-        sizes = dict(d_k=old.d_k, d_v=old.d_v, d_out=old.d_out, kdim=old.kdim, vdim=old.vdim,
-                     bias=old.q_proj.bias is not None)
-        if isinstance(positions, RotaryEmbedding):
-            layer.self_attn = RotaryAttention(old.d_model, old.n_heads, old.dropout, rotary=positions, **sizes)
-        else:
-            layer.self_attn = BiasedAttention(old.d_model, old.n_heads, old.dropout, position_bias=positions, **sizes)
+        return super().attend(q, k, v, mask, need_weights, bias=bias)  # the bias joins the scores

@@ -21,46 +21,54 @@ import torch
 from .batching import SOURCE_FORMAT, TranslationData
 from .multi30k import load_multi30k
 from .subword import SubwordTokenizer
-from .vocab import Vocab, tokenize_corpus
+from .tokenizers import WordTokenizer, tokenize_corpus, tokenizer_from_dict
+from .vocab import Tokenizer, Vocab
 
-__all__ = ["TOKENIZERS", "PREPARED_FORMAT", "PreparedTranslation", "prepare_multi30k"]
+__all__ = ["PREPARED_FORMAT", "PreparedTranslation", "prepare_multi30k"]
 
-# How prepare_multi30k turns text into tokens: spaCy words, or subword pieces (transformer_lib.subword).
-TOKENIZERS = ("spacy", "bpe")
 # What PreparedTranslation.save writes into its file, so load can refuse any other file.
 PREPARED_FORMAT = "transformer_lib.prepared_translation"
+PREPARED_VERSION = 2  # 2: the tokenizers (each with its kind) replace version 1's vocabularies
 SplitTokens = dict[str, tuple[list[list[str]], list[list[str]]]]  # split -> (source tokens, target tokens)
 
 
 @dataclass
 class PreparedTranslation:
-    """A tokenized translation corpus: vocabularies, ids for each split, and the raw text.
+    """A tokenized translation corpus: tokenizers, ids for each split, and the raw text.
 
     Everything a training run needs, so that it can be made once (with the data and spaCy at hand)
     and copied to another machine (a GPU box without network, say) with :meth:`save` / :meth:`load`.
 
     Attributes:
-        src_vocab, tgt_vocab: built on the training split.
+        src_tokenizer, tgt_tokenizer: their vocabularies built on the training split (one and the
+            same BPE tokenizer for a joint vocabulary).
         splits: split name -> :class:`TranslationData`.
         text: split name -> list of raw ``(source, target)`` pairs (references for BLEU, samples).
         settings: how the text was tokenized (the checkpoint's ``"data"`` entry): plain values only.
     """
 
-    src_vocab: Vocab
-    tgt_vocab: Vocab
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
     splits: dict[str, TranslationData]
     text: dict[str, list[tuple[str, str]]]
     settings: dict[str, Any]
+
+    @property
+    def src_vocab(self) -> Vocab:
+        return self.src_tokenizer.vocab
+
+    @property
+    def tgt_vocab(self) -> Vocab:
+        return self.tgt_tokenizer.vocab
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "format": PREPARED_FORMAT,
-            "version": 1,
+            "version": PREPARED_VERSION,
             "settings": dict(self.settings),
-            "src_vocab": self.src_vocab.to_dict(),
-            "tgt_vocab": self.tgt_vocab.to_dict(),
+            "tokenizers": {"src": self.src_tokenizer.to_dict(), "tgt": self.tgt_tokenizer.to_dict()},
             "splits": {name: data.to_dict() for name, data in self.splits.items()},
             "text": {name: {"src": [s for s, _ in pairs], "tgt": [t for _, t in pairs]} for name, pairs in self.text.items()},
         }
@@ -76,15 +84,21 @@ class PreparedTranslation:
         payload = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(payload, dict) or payload.get("format") != PREPARED_FORMAT:
             raise ValueError(f"{path} is not prepared translation data (no format={PREPARED_FORMAT!r} entry)")
-        if payload.get("version") != 1:
-            raise ValueError(f"{path} has prepared-data version {payload.get('version')!r}; this library reads version 1")
-        return cls(
-            src_vocab=Vocab.from_dict(payload["src_vocab"]),
-            tgt_vocab=Vocab.from_dict(payload["tgt_vocab"]),
+        if payload.get("version") != PREPARED_VERSION:
+            raise ValueError(
+                f"{path} has prepared-data version {payload.get('version')!r}; this library reads version "
+                f"{PREPARED_VERSION}: prepare it again with --prepare-only"
+            )
+        src, tgt = (tokenizer_from_dict(payload["tokenizers"][side]) for side in ("src", "tgt"))
+        prepared = cls(
+            src_tokenizer=src, tgt_tokenizer=tgt if tgt != src else src,
             splits={name: TranslationData.from_dict(values) for name, values in payload["splits"].items()},
             text={name: list(zip(values["src"], values["tgt"])) for name, values in payload["text"].items()},
             settings=dict(payload["settings"]),
         )
+        for data in prepared.splits.values():  # ids from a file are checked once, here
+            data.check_ids(len(src.vocab), len(tgt.vocab))
+        return prepared
 
 
 
@@ -98,7 +112,7 @@ def prepare_multi30k(
     train_size: int | None = None,
     seed: int = 0,
     splits: Sequence[str] = ("train", "val", "test"),
-    tokenizer: str = "spacy",
+    tokenizer: str = "words",
     vocab_size: int = 8000,
     **find_options: Any,
 ) -> PreparedTranslation:
@@ -113,39 +127,35 @@ def prepare_multi30k(
             vocabularies are built on the subset.
         seed: picks the subset.
         splits: which splits to prepare; must include ``"train"``.
-        tokenizer: ``"spacy"`` (words, one vocabulary per language, ``min_freq`` decides) or
+        tokenizer: ``"words"`` (spaCy words, one vocabulary per language, ``min_freq`` decides) or
             ``"bpe"`` (one joint subword vocabulary of ``vocab_size`` tokens learned on the training
             split of both languages, :class:`~transformer_lib.subword.SubwordTokenizer`; ``min_freq``
-            is the fewest times a pair must occur to be merged). The BPE tokenizer itself is kept in
-            the settings (``"subword_model"``, a JSON string), so checkpoints carry it.
+            is the fewest times a pair must occur to be merged): a kind of
+            :data:`~transformer_lib.tokenizers.TOKENIZERS` that learns from text.
         find_options: passed to :func:`~transformer_lib.multi30k.multi30k_dir`.
     """
-    if tokenizer not in TOKENIZERS:
-        raise ValueError(f"tokenizer must be one of {TOKENIZERS}, got {tokenizer!r}")
+    if tokenizer not in _LEARNED:
+        raise ValueError(f"tokenizer must be one of {sorted(_LEARNED)}, got {tokenizer!r}")
     if "train" not in splits:
         raise ValueError(f"splits must include 'train' (the vocabularies are built from it), got {list(splits)}")
     text = {split: load_multi30k(split, root, src_lang=src_lang, tgt_lang=tgt_lang, **find_options) for split in splits}
     if train_size is not None:
         text["train"] = _training_subset(text["train"], train_size, seed)
-    if tokenizer == "bpe":
-        tokens, src_vocab, subword_settings = _bpe_tokens(text, lowercase, vocab_size, min_freq)
-        tgt_vocab = src_vocab
-    else:
-        tokens, src_vocab, tgt_vocab = _word_tokens(text, src_lang, tgt_lang, lowercase, min_freq)
-        subword_settings = {}
+    tokens, src_tokenizer, tgt_tokenizer = _LEARNED[tokenizer](text, src_lang, tgt_lang, lowercase, min_freq, vocab_size)
     settings = {
         "corpus": "multi30k",
         "src_lang": src_lang,
         "tgt_lang": tgt_lang,
         "lowercase": lowercase,
-        "tokenizer": "spacy.blank" if tokenizer == "spacy" else "bpe",
+        "tokenizer": tokenizer,
         "min_freq": min_freq,
-        **subword_settings,
+        **({"vocab_size": len(src_tokenizer.vocab)} if tokenizer == "bpe" else {}),
         "train_size": len(text["train"]),
         "train_subset": train_size is not None,  # a random subset (train_size) rather than every pair
         "source_format": SOURCE_FORMAT,
     }
-    return PreparedTranslation(src_vocab, tgt_vocab, _as_ids(tokens, src_vocab, tgt_vocab), text, settings)
+    return PreparedTranslation(src_tokenizer, tgt_tokenizer, _as_ids(tokens, src_tokenizer.vocab, tgt_tokenizer.vocab),
+                               text, settings)
 
 
 def _training_subset(pairs: Sequence[tuple[str, str]], train_size: int, seed: int) -> list[tuple[str, str]]:
@@ -157,29 +167,34 @@ def _training_subset(pairs: Sequence[tuple[str, str]], train_size: int, seed: in
 
 
 def _word_tokens(
-    text: Mapping[str, Sequence[tuple[str, str]]], src_lang: str, tgt_lang: str, lowercase: bool, min_freq: int
-) -> tuple[SplitTokens, Vocab, Vocab]:
+    text: Mapping[str, Sequence[tuple[str, str]]], src_lang: str, tgt_lang: str, lowercase: bool, min_freq: int,
+    vocab_size: int,
+) -> tuple[SplitTokens, Tokenizer, Tokenizer]:
     """Split every split into spaCy words, and build one vocabulary per language on the training split."""
     tokens = {
         split: (tokenize_corpus((s for s, _ in pairs), src_lang, lowercase), tokenize_corpus((t for _, t in pairs), tgt_lang, lowercase))
         for split, pairs in text.items()
     }
-    src_vocab = Vocab.build(tokens["train"][0], min_freq=min_freq)
-    tgt_vocab = Vocab.build(tokens["train"][1], min_freq=min_freq)
-    return tokens, src_vocab, tgt_vocab
+    src = WordTokenizer(Vocab.build(tokens["train"][0], min_freq=min_freq), src_lang, lowercase)
+    tgt = WordTokenizer(Vocab.build(tokens["train"][1], min_freq=min_freq), tgt_lang, lowercase)
+    return tokens, src, tgt
 
 
 def _bpe_tokens(
-    text: Mapping[str, Sequence[tuple[str, str]]], lowercase: bool, vocab_size: int, min_freq: int
-) -> tuple[SplitTokens, Vocab, dict[str, Any]]:
+    text: Mapping[str, Sequence[tuple[str, str]]], src_lang: str, tgt_lang: str, lowercase: bool, min_freq: int,
+    vocab_size: int,
+) -> tuple[SplitTokens, Tokenizer, Tokenizer]:
     """Learn one BPE vocabulary on the training split (both sides) and split every split into pieces."""
+    train = text["train"]
+    bpe = SubwordTokenizer.train([*(s for s, _ in train), *(t for _, t in train)], vocab_size=vocab_size,
+                                 min_frequency=min_freq, lowercase=lowercase)
+    tokens = {split: (bpe.tokenize_batch([s for s, _ in pairs]), bpe.tokenize_batch([t for _, t in pairs]))
+              for split, pairs in text.items()}
+    return tokens, bpe, bpe
 
-    def side(pairs: Sequence[tuple[str, str]], i: int) -> list[str]:
-        return [pair[i].lower() if lowercase else pair[i] for pair in pairs]
 
-    bpe = SubwordTokenizer.train([*side(text["train"], 0), *side(text["train"], 1)], vocab_size=vocab_size, min_frequency=min_freq)
-    tokens = {split: (bpe.tokenize_batch(side(pairs, 0)), bpe.tokenize_batch(side(pairs, 1))) for split, pairs in text.items()}
-    return tokens, bpe.vocab, {"vocab_size": len(bpe), "subword_model": bpe.to_json()}
+# The tokenizers prepare_multi30k learns from the training split, by kind.
+_LEARNED = {"words": _word_tokens, "bpe": _bpe_tokens}
 
 
 def _as_ids(tokens: SplitTokens, src_vocab: Vocab, tgt_vocab: Vocab) -> dict[str, TranslationData]:

@@ -58,6 +58,8 @@ def torch_multihead_attention(ours: MultiHeadAttention) -> nn.MultiheadAttention
     H = ours.n_heads
     if type(ours) is not MultiHeadAttention:  # a subclass puts positions inside (chapter 7)
         raise ValueError("nn.MultiheadAttention has no rotary or score-bias positions (chapter 7); this layer uses them")
+    if ours.n_kv_heads != H:
+        raise ValueError(f"nn.MultiheadAttention has no shared key/value heads; this layer has n_kv_heads={ours.n_kv_heads}")
     if not (H * ours.d_k == H * ours.d_v == ours.d_out == ours.d_model):
         raise ValueError(
             f"nn.MultiheadAttention needs n_heads*d_k == n_heads*d_v == d_out == d_model, got "
@@ -165,7 +167,7 @@ class TorchTransformer(nn.Module):
         self.pad_id = c.pad_id
         self.src_embed, self.tgt_embed = ours.src_embed, ours.tgt_embed
         self.src_positions, self.tgt_positions = ours.src_positions, ours.tgt_positions
-        self.generator = ours.generator
+        self.output_layer = ours.output_layer
         encoder, decoder = _torch_encoder(ours.encoder), _torch_decoder(ours.decoder)
         # nn.Transformer re-initialises every matrix it holds when it is constructed (custom stacks
         # included), so it is built empty and our converted stacks are put in afterwards.
@@ -187,4 +189,4 @@ class TorchTransformer(nn.Module):
             tgt_key_padding_mask=tgt_blocked,
             memory_key_padding_mask=src_blocked,
         )  # (B, T, D)
-        return self.generator(hidden)  # (B, T, V_tgt)
+        return self.output_layer(hidden)  # (B, T, V_tgt)

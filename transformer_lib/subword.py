@@ -12,15 +12,18 @@ exact: join the pieces, turn each ``▁`` back into a space. A joint German+Engl
 the source and target embeddings be one matrix, tied to the output layer too (Press & Wolf 2017),
 as the paper does with its shared 37,000-token vocabulary.
 
-It imports nothing from the model; :class:`~transformer_lib.vocab.Vocab` holds the same ids, so a
-subword model trains and decodes like a word-level one.
+What a checkpoint stores is the learned part only, the vocabulary and the merges
+(:meth:`SubwordTokenizer.to_dict`); how text is normalised and split before the merges always comes
+from this module (:func:`_pipeline`), never from a file. It imports nothing from the model.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from .vocab import SPECIALS, UNK, Vocab
+from .vocab import SPECIALS, UNK, Tokenizer, Vocab
 
 __all__ = ["WORD_START", "SubwordTokenizer"]
 
@@ -28,10 +31,12 @@ __all__ = ["WORD_START", "SubwordTokenizer"]
 WORD_START = "\u2581"
 
 
-def _pipeline():  # the untrained tokenizer: how text is split before any merge
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # imported lazily
+def _pipeline(model: Any = None) -> Any:
+    """The tokenizer around a BPE ``model`` (untrained if ``None``): how text is normalised and split
+    before any merge, and how pieces are joined again."""
+    from tokenizers import Regex, Tokenizer as HFTokenizer, decoders, models, normalizers, pre_tokenizers  # lazily
 
-    tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+    tokenizer = HFTokenizer(model if model is not None else models.BPE(unk_token=UNK))
     tokenizer.normalizer = normalizers.Sequence([
         normalizers.NFKC(),  # one code point per accented letter
         normalizers.Replace(Regex(r"\s+"), " "),  # runs of spaces, tabs, newlines: one space
@@ -45,12 +50,12 @@ def _pipeline():  # the untrained tokenizer: how text is split before any merge
     return tokenizer
 
 
-class SubwordTokenizer:
-    """A trained BPE tokenizer: text to subword pieces and back.
+class SubwordTokenizer(Tokenizer):
+    """A trained BPE tokenizer: text to subword pieces and back (kind ``"bpe"``).
 
-    Build one with :meth:`train`; save it inside a checkpoint with :meth:`to_json` and rebuild it
-    with :meth:`from_json`. Ids 0-3 are the specials of :data:`~transformer_lib.vocab.SPECIALS`, so
-    :attr:`vocab` gives the same ids as the tokenizer itself.
+    Build one with :meth:`train`; save it inside a checkpoint with :meth:`to_dict` (its vocabulary
+    and merges) and rebuild it with :meth:`from_dict`. Ids 0-3 are the specials of
+    :data:`~transformer_lib.vocab.SPECIALS`, so :attr:`vocab` gives the same ids as the tokenizer itself.
 
     Example:
         >>> bpe = SubwordTokenizer.train(["ein Mann.", "ein Hund.", "a man.", "a dog."] * 5, vocab_size=40)
@@ -61,20 +66,24 @@ class SubwordTokenizer:
         'ein Hund und ein Mann.'
     """
 
-    def __init__(self, tokenizer) -> None:
+    kind = "bpe"
+
+    def __init__(self, tokenizer: Any, lowercase: bool = False) -> None:
         self._tokenizer = tokenizer
+        self.lowercase = lowercase
         by_id = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])
         if [i for _, i in by_id] != list(range(len(by_id))) or tuple(t for t, _ in by_id[: len(SPECIALS)]) != SPECIALS:
             raise ValueError(f"a SubwordTokenizer needs ids 0..V-1 with the specials {SPECIALS} first")
         self.vocab = Vocab([token for token, _ in by_id])
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> SubwordTokenizer:
+    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2,
+              lowercase: bool = False) -> SubwordTokenizer:
         """Learn BPE merges on ``texts`` until the vocabulary (specials included) has ``vocab_size`` tokens.
 
         Pass the training split only (both languages for a joint vocabulary): a vocabulary learned
         on validation or test text would leak them into the model. ``min_frequency``: a pair seen
-        fewer times is never merged.
+        fewer times is never merged. ``lowercase``: lower-case every text first (and when tokenizing).
         """
         if vocab_size <= len(SPECIALS):
             raise ValueError(f"vocab_size must be more than the {len(SPECIALS)} special tokens, got {vocab_size}")
@@ -84,38 +93,47 @@ class SubwordTokenizer:
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS), show_progress=False,
         )
-        tokenizer.train_from_iterator(texts, trainer)
-        return cls(tokenizer)
+        tokenizer.train_from_iterator((text.lower() if lowercase else text for text in texts), trainer)
+        return cls(tokenizer, lowercase)
 
     @classmethod
-    def from_json(cls, text: str) -> SubwordTokenizer:
-        from tokenizers import Tokenizer
+    def from_vocab_and_merges(cls, tokens: Sequence[str], merges: Sequence[Sequence[str]],
+                              lowercase: bool = False) -> SubwordTokenizer:
+        """The tokenizer with this vocabulary (tokens in id order, the specials first) and these
+        merges (pairs, first learned first), around this module's normalisation and splitting."""
+        from tokenizers import models
 
-        return cls(Tokenizer.from_str(text))
+        model = models.BPE(vocab={token: i for i, token in enumerate(tokens)},
+                           merges=[(first, second) for first, second in merges], unk_token=UNK)
+        tokenizer = _pipeline(model)
+        tokenizer.add_special_tokens(list(SPECIALS))  # as training does: they are never split
+        return cls(tokenizer, lowercase)
 
-    def to_json(self) -> str:
-        """The whole tokenizer (normalizer, splitting, merges, vocabulary) as one JSON string."""
-        return self._tokenizer.to_str()
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "bpe", "tokens": [...], "merges": [[a, b], ...], "lowercase": ...}``: plain data only."""
+        return {"kind": self.kind, "tokens": list(self.vocab.tokens), "merges": [list(pair) for pair in self.merges],
+                "lowercase": self.lowercase}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> SubwordTokenizer:
+        return cls.from_vocab_and_merges(values["tokens"], values["merges"], bool(values.get("lowercase", False)))
 
     def __len__(self) -> int:
         return len(self.vocab)
 
-    def __repr__(self) -> str:
-        return f"SubwordTokenizer(vocab_size={len(self)})"
-
     @property
     def merges(self) -> list[tuple[str, str]]:
         """The learned merges, first learned first."""
-        import json
-
-        return [tuple(pair) if isinstance(pair, list) else tuple(pair.split(" ")) for pair in json.loads(self.to_json())["model"]["merges"]]
+        merges = json.loads(self._tokenizer.to_str())["model"]["merges"]
+        return [tuple(pair) if isinstance(pair, list) else tuple(pair.split(" ")) for pair in merges]
 
     def tokenize(self, text: str) -> list[str]:
         """Text to pieces, e.g. ``"Fahrräder."`` -> ``["▁Fahr", "räder", "."]``."""
-        return self._tokenizer.encode(text).tokens
+        return self._tokenizer.encode(text.lower() if self.lowercase else text).tokens
 
     def tokenize_batch(self, texts: Sequence[str]) -> list[list[str]]:
-        return [encoding.tokens for encoding in self._tokenizer.encode_batch(list(texts))]
+        texts = [text.lower() for text in texts] if self.lowercase else list(texts)
+        return [encoding.tokens for encoding in self._tokenizer.encode_batch(texts)]
 
     def detokenize(self, pieces: Sequence[str]) -> str:
         """Pieces back to text: the exact inverse of :meth:`tokenize` (up to NFKC and repeated spaces)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .batching import TranslationData
+from .validation import check_int
 from .vocab import SPECIALS, Vocab
 
 __all__ = ["TOY_TASKS", "toy_vocab", "toy_task"]
@@ -22,8 +23,7 @@ def toy_vocab(n_symbols: int) -> Vocab:
 
     Toy tasks get a real :class:`Vocab` like translation does, so every checkpoint carries one.
     """
-    if isinstance(n_symbols, bool) or not isinstance(n_symbols, int) or n_symbols < 1:
-        raise ValueError(f"n_symbols must be a positive integer, got {n_symbols!r}")
+    check_int("n_symbols", n_symbols)
     return Vocab([*SPECIALS, *(str(i) for i in range(n_symbols))])
 
 
@@ -33,62 +33,62 @@ def toy_task(
     n_heldout: int,
     *,
     n_symbols: int = 10,
-    min_len: int = 1,
-    max_len: int = 10,
+    shortest: int = 1,
+    longest: int = 10,
     seed: int = 0,
 ) -> tuple[TranslationData, TranslationData]:
     """Random symbol sequences and their copy or reversal, split into training and held-out pairs.
 
     Every sequence is distinct, and no held-out sequence occurs in training, so held-out accuracy
     measures whether the model learned the *rule*, not the examples. Lengths are uniform in
-    ``[min_len, max_len]``, symbols uniform over ``n_symbols`` (ids ``4 .. 4 + n_symbols - 1`` of
+    ``[shortest, longest]``, symbols uniform over ``n_symbols`` (ids ``4 .. 4 + n_symbols - 1`` of
     :func:`toy_vocab`).
 
     Args:
         task: ``"copy"`` or ``"reverse"``.
         n_train, n_heldout: number of pairs in each split.
-        n_symbols, min_len, max_len: the alphabet and the lengths.
+        n_symbols: the size of the alphabet.
+        shortest, longest: the fewest and the most symbols in a sequence.
         seed: the same seed gives the same pairs.
 
     Returns:
         ``(train, heldout)``.
 
     Example:
-        >>> train, heldout = toy_task("reverse", 3, 1, n_symbols=5, max_len=4, seed=1)
+        >>> train, heldout = toy_task("reverse", 3, 1, n_symbols=5, longest=4, seed=1)
         >>> src, tgt = train[0]
         >>> tgt == src[::-1]
         True
     """
     if task not in TOY_TASKS:
         raise ValueError(f"unknown toy task {task!r}; choose one of {TOY_TASKS}")
-    for name, value in (("n_train", n_train), ("n_heldout", n_heldout)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    if not 1 <= min_len <= max_len:
-        raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    check_int("n_train", n_train, minimum=0)
+    check_int("n_heldout", n_heldout, minimum=0)
+    check_int("shortest", shortest)
+    check_int("longest", longest, minimum=shortest)
     toy_vocab(n_symbols)  # validates n_symbols
-    sequences = _distinct_sequences(n_train + n_heldout, n_symbols, min_len, max_len, seed)
+    sequences = _distinct_sequences(n_train + n_heldout, n_symbols, shortest, longest, seed)
     targets = [list(s) if task == "copy" else s[::-1] for s in sequences]
     train = TranslationData(sequences[:n_train], targets[:n_train])
     heldout = TranslationData(sequences[n_train:], targets[n_train:])
     return train, heldout
 
 
-def _distinct_sequences(wanted: int, n_symbols: int, min_len: int, max_len: int, seed: int) -> list[list[int]]:
+def _distinct_sequences(wanted: int, n_symbols: int, shortest: int, longest: int, seed: int) -> list[list[int]]:
     """``wanted`` distinct random sequences of the ids of :func:`toy_vocab`'s symbols, in drawing order."""
     first_id = len(SPECIALS)
-    available = sum(n_symbols**length for length in range(min_len, max_len + 1))
+    available = sum(n_symbols**length for length in range(shortest, longest + 1))
     # Rejection sampling stays fast while the request is a modest fraction of all sequences.
     if wanted > available // 2:
         raise ValueError(
             f"asked for {wanted} distinct sequences, but only {available} exist with n_symbols={n_symbols} "
-            f"and lengths {min_len}..{max_len}; ask for at most {available // 2}, or raise max_len or n_symbols"
+            f"and lengths {shortest}..{longest}; ask for at most {available // 2}, or raise longest or n_symbols"
         )
     generator = torch.Generator().manual_seed(seed)
     seen: set[tuple[int, ...]] = set()
     sequences: list[list[int]] = []
     while len(sequences) < wanted:
-        length = int(torch.randint(min_len, max_len + 1, (), generator=generator))
+        length = int(torch.randint(shortest, longest + 1, (), generator=generator))
         seq = (torch.randint(0, n_symbols, (length,), generator=generator) + first_id).tolist()
         if tuple(seq) not in seen:
             seen.add(tuple(seq))

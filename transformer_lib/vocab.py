@@ -1,59 +1,30 @@
-"""Words and ids: spaCy word tokenizers and the :class:`Vocab` that numbers their tokens (chapter 3).
+"""Tokens and ids (chapter 3): the :class:`Vocab` that numbers tokens, and :class:`Tokenizer`, the one
+interface from text to ids and back that every kind of tokenizer implements.
 
 This module replaces what ``torchtext`` used to provide (its last release does not import with
-current PyTorch): spaCy's rule-based tokenizers and a plain-Python vocabulary. Subword pieces are in
-:mod:`transformer_lib.subword`, which numbers them with the same :class:`Vocab`. It imports nothing
-from the model.
+current PyTorch): a plain-Python vocabulary. The tokenizers are in :mod:`transformer_lib.tokenizers`
+(words, symbols) and :mod:`transformer_lib.subword` (BPE pieces); all number their tokens with a
+:class:`Vocab`. It imports nothing from the model.
 
 - Specials: ``PAD``, ``UNK``, ``BOS``, ``EOS``, in that order in every vocabulary (:data:`SPECIALS`).
-- Text to tokens: :func:`tokenizer`, :func:`tokenize_corpus`.
 - Tokens to ids and back: :class:`Vocab`.
+- Text to ids and back: :class:`Tokenizer`.
 """
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any, ClassVar
 
-__all__ = ["SPECIALS", "PAD", "UNK", "BOS", "EOS", "tokenizer", "tokenize_corpus", "Vocab"]
+__all__ = ["SPECIALS", "PAD", "UNK", "BOS", "EOS", "Vocab", "Tokenizer"]
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
 # Specials come first, so their ids are the same in every vocabulary: <pad>=0, <unk>=1, <bos>=2, <eos>=3.
 SPECIALS: tuple[str, ...] = (PAD, UNK, BOS, EOS)
-
-
-@lru_cache(maxsize=None)
-def _blank_pipeline(lang: str):
-    import spacy  # imported lazily: only the text pipeline needs it
-
-    return spacy.blank(lang)
-
-
-def tokenizer(lang: str) -> Callable[[str], list[str]]:
-    """A rule-based word tokenizer for ``lang`` (``"de"``, ``"en"``, ...), from ``spacy.blank``.
-
-    ``spacy.blank`` needs no model download: it holds only the language's tokenization rules
-    (punctuation, abbreviations such as "z.B.", contractions such as "isn't" -> "is", "n't").
-
-    Example:
-        >>> tokenizer("de")("Ein Mann fährt Fahrrad.")
-        ['Ein', 'Mann', 'fährt', 'Fahrrad', '.']
-    """
-    nlp = _blank_pipeline(lang)
-
-    def tokenize(text: str) -> list[str]:
-        return [token.text for token in nlp.tokenizer(text.strip())]
-
-    return tokenize
-
-
-def tokenize_corpus(texts: Iterable[str], lang: str, lowercase: bool = False) -> list[list[str]]:
-    """Tokenize many sentences with :func:`tokenizer` (``spacy.blank``), lower-casing first if asked."""
-    tokenize = tokenizer(lang)
-    return [tokenize(text.lower() if lowercase else text) for text in texts]
 
 
 class Vocab:
@@ -179,3 +150,54 @@ class Vocab:
     @classmethod
     def load(cls, path: str | Path) -> Vocab:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+class Tokenizer(ABC):
+    """Text to token ids and back: what every tokenizer of the library is.
+
+    A tokenizer splits text into tokens (:meth:`tokenize`), numbers them with its :attr:`vocab`
+    (:meth:`encode`), and turns ids back into text (:meth:`decode`, through :meth:`detokenize`).
+    It saves to a plain dict (:meth:`to_dict`, holding its ``kind``) that a ``weights_only``
+    checkpoint can carry, and :func:`transformer_lib.tokenizers.tokenizer_from_dict` rebuilds it
+    from that dict, refusing a kind it does not know.
+
+    Attributes:
+        kind: the name the dict records (``"words"``, ``"bpe"``, ``"symbols"``).
+        vocab: the :class:`Vocab` of its tokens.
+        lowercase: lower-case text before splitting it.
+    """
+
+    kind: ClassVar[str]
+    vocab: Vocab
+    lowercase: bool = False
+
+    @abstractmethod
+    def tokenize(self, text: str) -> list[str]:
+        """Text to tokens (lower-cased first when :attr:`lowercase`)."""
+
+    @abstractmethod
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        """Tokens back to text."""
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values only, ``kind`` among them."""
+
+    @classmethod
+    @abstractmethod
+    def from_dict(cls, values: dict[str, Any]) -> Tokenizer:
+        """The tokenizer :meth:`to_dict` described."""
+
+    def encode(self, text: str) -> list[int]:
+        """Text to token ids (no specials; unknown tokens are ``<unk>``)."""
+        return self.vocab.encode(self.tokenize(text))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Token ids to text: stops at ``<eos>``, drops ``<pad>`` and ``<bos>``."""
+        return self.detokenize(self.vocab.decode(ids))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_dict() == self.to_dict()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(kind={self.kind!r}, vocab_size={len(self.vocab)})"

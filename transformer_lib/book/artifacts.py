@@ -32,9 +32,11 @@ from typing import Any
 
 import torch
 
-from ..decoding import beam_search, sample
+from ..beam_search import beam_search
+from ..cli.common import CommandLineParser, run_command
+from ..decoding import sample
 from ..device import default_device
-from ..translate import EXTRA_OUTPUT_TOKENS, CommandLineParser, Translator, evaluate_bleu, read_multi30k_split, run_command
+from ..translator import EXTRA_OUTPUT_TOKENS, Translator, evaluate_bleu, read_multi30k_split
 from .results import COMMITTED_RUNS
 
 __all__ = [
@@ -131,8 +133,8 @@ def beam_alternatives(translator: Translator, source: str, beam_size: int = 4, l
     vocab = translator.tgt_vocab
     src, src_mask = translator.encode([source])
     max_len = min(translator.model.config.max_len, src.size(1) + EXTRA_OUTPUT_TOKENS)  # as Translator decodes
-    result = beam_search(translator.model, src, src_mask, beam_size=beam_size, max_len=max_len, bos_id=vocab.bos_id,
-                         eos_id=vocab.eos_id, pad_id=vocab.pad_id, length_penalty=length_penalty, min_len=1)
+    result = beam_search(translator.model, src, src_mask, beam_size=beam_size, max_new_tokens=max_len, bos_id=vocab.bos_id,
+                         eos_id=vocab.eos_id, pad_id=vocab.pad_id, length_penalty=length_penalty, min_new_tokens=1)
     return [
         {"text": translator.detokenize(translator.output_tokens(h.tokens)),
          "log_prob": round(h.log_prob, 3), "score": round(h.score, 3)}
@@ -147,7 +149,7 @@ def sampled_translations(translator: Translator, source: str, n: int = 5, seed: 
     src, src_mask = translator.encode([source] * n)
     max_len = min(translator.model.config.max_len, src.size(1) + EXTRA_OUTPUT_TOKENS)
     generator = torch.Generator(device=src.device).manual_seed(seed)
-    out = sample(translator.model, src, src_mask, max_len=max_len, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
+    out = sample(translator.model, src, src_mask, max_new_tokens=max_len, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
                  pad_id=vocab.pad_id, generator=generator, **knobs)
     return [translator.detokenize(translator.output_tokens(row)) for row in out.tolist()]
 

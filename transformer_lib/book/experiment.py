@@ -23,26 +23,16 @@ from __future__ import annotations
 import os
 import textwrap
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import torch
+
+from ..cli.profiles import PROFILE_ENV, Profile, current_profile  # the switch the training command line reads too
 
 __all__ = ["CHAPTERS", "FULL_PROFILE_TRAINING", "PROFILE_ENV", "THROUGHPUT", "Training", "current_profile",
            "describe_profile", "estimate_seconds", "pick"]
 
-PROFILE_ENV = "TRANSFORMER_BOOK_PROFILE"
-Profile = Literal["fast", "full"]
 T = TypeVar("T")
-
-
-def current_profile() -> Profile:
-    """``fast`` or ``full``, from the environment or, unset, from whether CUDA is available."""
-    value = os.environ.get(PROFILE_ENV, "").strip().lower()
-    if value == "":
-        return "full" if torch.cuda.is_available() else "fast"
-    if value not in ("fast", "full"):
-        raise ValueError(f"{PROFILE_ENV}={value!r} is not a profile; use 'fast' or 'full'")
-    return value  # type: ignore[return-value]
 
 
 def pick(fast: T, full: T) -> T:

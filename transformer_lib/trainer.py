@@ -1,22 +1,20 @@
-"""Training: the label-smoothed loss, learning-rate schedules, metrics and the training loop.
+"""The training loop (chapter 5): one optimizer update at a time, validation, checkpoints that resume
+exactly, and several processes. Every model of the book trains through it: the translation models
+(with :class:`~transformer_lib.losses.TranslationLoss`, the default), and chapter 7's language models
+(a loss passed in, :func:`transformer_lib.language_models.next_token_loss` say).
 
-The loop is model-agnostic: it trains any module with ``make_masks(src, tgt_in)`` and
-``forward(src, tgt_in, src_mask, tgt_mask) -> logits (B, T, V)``, fed with
-:class:`transformer_lib.batching.Batch` es (teacher forcing: ``tgt_in`` is the target shifted right).
 It writes its state with :mod:`transformer_lib.checkpoint` and runs in several processes with
-:mod:`transformer_lib.distributed`.
+:mod:`transformer_lib.distributed`; its learning rate comes from :data:`transformer_lib.schedules.SCHEDULES`.
 
 Shapes:
 
-    B  batch size    T  target length    V  target vocabulary size    N  number of positions (B * T)
+    B  batch size    T  target length    V  target vocabulary size
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import itertools
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -25,256 +23,20 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .checkpoint import CHECKPOINT_FORMAT_VERSION, save_checkpoint, save_kept_weights
-from .device import default_device
+from .device import AMP_MODES, autocast_context, default_device
 from .distributed import get_rank, get_world_size, wait_for_all
+from .losses import TranslationLoss
+from .metrics import RunningMean, evaluate
+from .schedules import SCHEDULES, make_scheduler
+from .validation import check_choice, check_int, check_number
 
-__all__ = [
-    "label_smoothed_cross_entropy",
-    "smoothed_target_distribution",
-    "annotated_smoothed_targets",
-    "noam_rate",
-    "warmup_cosine_rate",
-    "NoamSchedule",
-    "WarmupCosineSchedule",
-    "ConstantSchedule",
-    "make_optimizer",
-    "make_scheduler",
-    "RunningMean",
-    "token_accuracy",
-    "exact_match_counts",
-    "autocast_context",
-    "TrainConfig",
-    "Trainer",
-    "TrainingDiverged",
-    "evaluate",
-]
+__all__ = ["make_optimizer", "TrainConfig", "Trainer", "TrainingDiverged", "LossFn"]
 
-# --- 1. The loss -------------------------------------------------------------------------------
-
-
-def label_smoothed_cross_entropy(
-    logits: Tensor,
-    target: Tensor,
-    label_smoothing: float = 0.0,
-    ignore_index: int = 0,
-    reduction: str = "mean",
-) -> Tensor:
-    r"""Cross-entropy against a smoothed target, skipping padding positions.
-
-    With smoothing :math:`\varepsilon` the target distribution puts :math:`1-\varepsilon` on the
-    correct token and spreads :math:`\varepsilon` uniformly over all ``V`` tokens, the pad included,
-    as PyTorch does (the paper, section 5.4, gives only :math:`\varepsilon = 0.1`), so per position
-
-    .. math:: \ell = (1-\varepsilon)\,(-\log p_y) + \varepsilon \cdot \tfrac{1}{V}\textstyle\sum_v (-\log p_v).
-
-    This is exactly ``F.cross_entropy(logits, target, label_smoothing=eps, ignore_index=pad)``,
-    written out so the chapter can show it. One difference, on purpose: a batch with no
-    non-padding target gives ``0``, not ``nan`` (``0 / 0``), so one empty batch cannot poison training.
-
-    The computation runs in at least float32 (bf16 logits under autocast would otherwise lose the
-    loss's small differences).
-
-    Args:
-        logits: ``(B, T, V)`` or ``(N, V)`` unnormalised scores.
-        target: ``(B, T)`` or ``(N,)`` token ids in ``[0, V)``.
-        label_smoothing: :math:`\varepsilon` in ``[0, 1]``.
-        ignore_index: target id that contributes nothing (the padding id).
-        reduction: ``"mean"`` (over non-ignored positions), ``"sum"``, or ``"none"`` (same shape as
-            ``target``, zeros at ignored positions).
-
-    Example:
-        >>> logits, target = torch.randn(2, 3, 7), torch.tensor([[4, 5, 0], [6, 0, 0]])
-        >>> ours = label_smoothed_cross_entropy(logits, target, 0.1, ignore_index=0)
-        >>> ref = F.cross_entropy(logits.view(-1, 7), target.view(-1), label_smoothing=0.1, ignore_index=0)
-        >>> torch.allclose(ours, ref)
-        True
-    """
-    _check_loss_inputs(logits, target, label_smoothing, reduction)
-    keep = target != ignore_index  # (B, T)
-    _check_target_ids(target, keep, logits.size(-1))
-    # at least float32 (bf16/fp16 logits from autocast are upcast; float64 stays float64)
-    log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # (B, T, V)
-    safe_target = target.masked_fill(~keep, 0)  # any valid id; these positions are zeroed below
-    nll = -log_probs.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    loss = nll
-    if label_smoothing > 0.0:
-        uniform = -log_probs.mean(dim=-1)  # (B, T): cross-entropy against the uniform distribution
-        loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform  # (B, T)
-    loss = loss.masked_fill(~keep, 0.0)
-    if reduction == "none":
-        return loss
-    total = loss.sum()
-    if reduction == "sum":
-        return total
-    return total / keep.sum().clamp_min(1)
-
-
-def _check_loss_inputs(logits: Tensor, target: Tensor, label_smoothing: float, reduction: str) -> None:
-    if not isinstance(logits, Tensor) or not isinstance(target, Tensor):
-        raise TypeError(f"logits and target must be tensors, got {type(logits).__name__} and {type(target).__name__}")
-    if not logits.is_floating_point():
-        raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
-    if target.is_floating_point() or target.dtype == torch.bool:
-        raise TypeError(f"target must hold integer token ids (torch.long), got dtype {target.dtype}")
-    if logits.dim() != target.dim() + 1 or logits.shape[:-1] != target.shape:
-        raise ValueError(
-            f"logits {tuple(logits.shape)} must be target {tuple(target.shape)} plus a vocabulary dimension, "
-            "e.g. logits (B, T, V) with target (B, T)"
-        )
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-
-
-def _check_target_ids(target: Tensor, keep: Tensor, vocab_size: int) -> None:
-    """Every kept target id is in ``[0, V)``; checked on CPU only (on a GPU it would stall every step)."""
-    if target.device.type == "cpu" and bool(keep.any()):
-        low, high = int(target[keep].min()), int(target[keep].max())
-        if low < 0 or high >= vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"target id {bad} is outside the vocabulary [0, {vocab_size - 1}] (V={vocab_size})")
-
-
-def smoothed_target_distribution(target: Tensor, vocab_size: int, label_smoothing: float) -> Tensor:
-    """The distribution :func:`label_smoothed_cross_entropy` compares against, one row per target.
-
-    Args:
-        target: ``(N,)`` token ids.
-        vocab_size: ``V``.
-        label_smoothing: :math:`\\varepsilon`.
-
-    Returns:
-        ``(N, V)`` rows summing to 1: :math:`1 - \\varepsilon + \\varepsilon / V` on the target id and
-        :math:`\\varepsilon / V` everywhere else.
-    """
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    if target.dim() != 1:
-        raise ValueError(f"target must be (N,), got {tuple(target.shape)}")
-    dist = torch.full((target.size(0), vocab_size), label_smoothing / vocab_size)  # (N, V)
-    dist[torch.arange(target.size(0)), target] += 1.0 - label_smoothing
-    return dist
-
-
-def annotated_smoothed_targets(target: Tensor, vocab_size: int, label_smoothing: float, pad_id: int = 0) -> Tensor:
-    r"""The Annotated Transformer's smoothed targets: the other convention, for comparison.
-
-    The correct token gets exactly :math:`1-\varepsilon`; the mass :math:`\varepsilon` is spread over
-    the :math:`V-2` tokens that are neither the correct one nor the pad; the pad's column is zero, and
-    so is every row whose target is the pad (that position is not trained). The Annotated
-    Transformer compares these rows with the model's log-probabilities by KL divergence
-    (``nn.KLDivLoss(reduction="sum")``). The library's training uses
-    :func:`smoothed_target_distribution`'s convention instead (PyTorch's).
-
-    Args:
-        target: ``(N,)`` token ids.
-        vocab_size: ``V``, at least 3 (the target, the pad and one more).
-        label_smoothing: :math:`\varepsilon`.
-        pad_id: the padding id.
-
-    Returns:
-        ``(N, V)``: rows summing to 1, all-zero rows where ``target == pad_id``.
-    """
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    if target.dim() != 1:
-        raise ValueError(f"target must be (N,), got {tuple(target.shape)}")
-    if vocab_size < 3:
-        raise ValueError(f"vocab_size must be at least 3 (target, pad and one more), got {vocab_size}")
-    if not 0 <= pad_id < vocab_size:
-        raise ValueError(f"pad_id {pad_id} is outside the vocabulary [0, {vocab_size - 1}]")
-    dist = torch.full((target.size(0), vocab_size), label_smoothing / (vocab_size - 2))  # (N, V)
-    dist[torch.arange(target.size(0)), target] = 1.0 - label_smoothing
-    dist[:, pad_id] = 0.0
-    dist[target == pad_id] = 0.0
-    return dist
-
-
-# --- 2. Learning-rate schedules ----------------------------------------------------------------
-
-
-def _check_step(step: int, warmup_steps: int) -> None:
-    if step < 1:
-        raise ValueError(f"step counts optimizer updates from 1, got {step}")
-    if warmup_steps < 1:
-        raise ValueError(f"warmup_steps must be at least 1, got {warmup_steps}")
-
-
-def noam_rate(step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1.0) -> float:
-    r"""The paper's schedule (section 5.3): linear warm-up, then decay with the inverse square root.
-
-    .. math:: \mathrm{lr}(s) = \text{factor} \cdot d_\text{model}^{-0.5} \cdot \min(s^{-0.5},\; s \cdot w^{-1.5})
-
-    The two terms are equal at :math:`s = w`, so the peak is exactly at the warm-up step, with
-    value :math:`\text{factor} / \sqrt{d_\text{model}\, w}` (7.0e-4 for the base model, ``w = 4000``).
-
-    Args:
-        step: the optimizer update, counted from 1.
-        d_model: model width.
-        warmup_steps: :math:`w`.
-        factor: a constant multiplier (1 in the paper).
-    """
-    _check_step(step, warmup_steps)
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
-
-
-def warmup_cosine_rate(step: int, peak_lr: float, warmup_steps: int, total_steps: int, final_lr: float = 0.0) -> float:
-    """Linear warm-up to ``peak_lr`` at ``warmup_steps``, then a cosine decay to ``final_lr`` at ``total_steps``.
-
-    The common alternative to :func:`noam_rate` (e.g. GPT-3, Llama): it reaches a chosen final
-    rate at a known end instead of decaying forever. Steps past ``total_steps`` stay at ``final_lr``.
-    """
-    _check_step(step, warmup_steps)
-    if total_steps < warmup_steps:
-        raise ValueError(f"total_steps={total_steps} must be at least warmup_steps={warmup_steps}")
-    if step <= warmup_steps:
-        return peak_lr * step / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return final_lr + 0.5 * (peak_lr - final_lr) * (1.0 + math.cos(math.pi * progress))
-
-
-# Schedules as callable objects for ``LambdaLR``: unlike lambdas, their settings are plain
-# attributes, which ``LambdaLR.state_dict`` saves and a checkpoint can hold. ``LambdaLR`` calls
-# them with the number of updates done so far, so update number ``done + 1`` gets that rate;
-# they return the rate itself, and the optimizer's base lr is set to 1.
-
-
-class NoamSchedule:
-    """:func:`noam_rate` for ``LambdaLR``; the peak rate is ``peak_lr`` (default: the paper's)."""
-
-    def __init__(self, d_model: int, warmup_steps: int, peak_lr: float | None = None) -> None:
-        self.d_model = d_model
-        self.warmup_steps = warmup_steps
-        paper_peak = noam_rate(warmup_steps, d_model, warmup_steps)
-        self.factor = 1.0 if peak_lr is None else peak_lr / paper_peak
-
-    def __call__(self, done: int) -> float:
-        return noam_rate(done + 1, self.d_model, self.warmup_steps, self.factor)
-
-
-class WarmupCosineSchedule:
-    """:func:`warmup_cosine_rate` for ``LambdaLR``."""
-
-    def __init__(self, peak_lr: float, warmup_steps: int, total_steps: int, final_lr: float = 0.0) -> None:
-        self.peak_lr, self.warmup_steps, self.total_steps, self.final_lr = peak_lr, warmup_steps, total_steps, final_lr
-
-    def __call__(self, done: int) -> float:
-        return warmup_cosine_rate(done + 1, self.peak_lr, self.warmup_steps, self.total_steps, self.final_lr)
-
-
-class ConstantSchedule:
-    """Linear warm-up to ``peak_lr``, then constant."""
-
-    def __init__(self, peak_lr: float, warmup_steps: int = 1) -> None:
-        self.peak_lr, self.warmup_steps = peak_lr, warmup_steps
-
-    def __call__(self, done: int) -> float:
-        return self.peak_lr * min(1.0, (done + 1) / self.warmup_steps)
+# loss(model, batch) -> (the batch's summed loss, how many tokens it sums over)
+LossFn = Callable[[nn.Module, Any], tuple[Tensor, "Tensor | int"]]
 
 
 def make_optimizer(
@@ -304,185 +66,9 @@ def make_optimizer(
         return torch.optim.AdamW(groups, lr=1.0, betas=betas, eps=eps, foreach=True)
 
 
-def make_scheduler(
-    optimizer: torch.optim.Optimizer,
-    schedule: str,
-    *,
-    warmup_steps: int,
-    peak_lr: float | None = None,
-    d_model: int | None = None,
-    total_steps: int | None = None,
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """A ``LambdaLR`` for ``"noam"``, ``"cosine"`` or ``"constant"``; call ``.step()`` after each update.
-
-    ``noam`` needs ``d_model`` (``peak_lr`` defaults to the paper's ``1 / sqrt(d_model * warmup)``);
-    ``cosine`` needs ``peak_lr`` and ``total_steps``; ``constant`` needs ``peak_lr``.
-    """
-    if schedule == "noam":
-        if d_model is None:
-            raise ValueError("the noam schedule needs d_model")
-        rule: Callable[[int], float] = NoamSchedule(d_model, warmup_steps, peak_lr)
-    elif schedule == "cosine":
-        if peak_lr is None or total_steps is None:
-            raise ValueError("the cosine schedule needs peak_lr and total_steps")
-        rule = WarmupCosineSchedule(peak_lr, warmup_steps, total_steps)
-    elif schedule == "constant":
-        if peak_lr is None:
-            raise ValueError("the constant schedule needs peak_lr")
-        rule = ConstantSchedule(peak_lr, warmup_steps)
-    else:
-        raise ValueError(f"unknown schedule {schedule!r}; choose 'noam', 'cosine' or 'constant'")
-    for group in optimizer.param_groups:
-        group["lr"] = group["initial_lr"] = 1.0  # the rule returns the rate itself
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, rule)
-
-
-# --- 3. Metrics --------------------------------------------------------------------------------
-
-
-class RunningMean:
-    """A mean kept as a running sum and count: ``update(total, count)``, then :attr:`mean`, then ``reset()``.
-
-    ``update`` adds ``total``, the sum of ``count`` values (a batch's summed loss and its number of
-    target tokens, say). The sum and count are float64 tensors on ``device``: adding a tensor that
-    lives on a GPU never waits for the GPU, and float64 keeps a long run's sum exact enough to be
-    saved in a checkpoint and resumed bit for bit. :attr:`updates` counts the calls.
-
-    Example:
-        >>> meter = RunningMean()
-        >>> meter.update(6.0, 3); meter.update(4.0, 1)
-        >>> meter.mean, int(meter.count), meter.updates
-        (2.5, 4, 2)
-    """
-
-    def __init__(self, device: torch.device | str | None = None) -> None:
-        self.total = torch.zeros((), dtype=torch.float64, device=device)
-        self.count = torch.zeros((), dtype=torch.float64, device=device)
-        self.updates = 0
-
-    def update(self, total: Tensor | float, count: Tensor | float = 1) -> None:
-        self.total += total
-        self.count += count
-        self.updates += 1
-
-    @property
-    def mean(self) -> float:
-        """``total / count`` (0 before any update; a sync with the GPU)."""
-        return float(self.total) / max(float(self.count), 1.0)
-
-    def reset(self) -> None:
-        self.total.zero_()
-        self.count.zero_()
-        self.updates = 0
-
-    def all_reduce(self) -> None:
-        """Sum the totals and counts of every process (in a process group), so each holds the overall mean."""
-        if get_world_size() > 1:
-            both = torch.stack([self.total, self.count])
-            dist.all_reduce(both)
-            self.total, self.count = both[0].clone(), both[1].clone()
-
-
-def token_accuracy(logits: Tensor, target: Tensor, ignore_index: int = 0) -> tuple[int, int]:
-    """``(correct, total)`` next-token predictions (argmax) over non-padding positions."""
-    keep = target != ignore_index  # (B, T)
-    correct = (logits.argmax(dim=-1) == target) & keep  # (B, T)
-    return int(correct.sum()), int(keep.sum())
-
-
-def exact_match_counts(logits: Tensor, target: Tensor, ignore_index: int = 0) -> tuple[int, int]:
-    """``(matches, B)``: sequences whose every non-padding position is predicted right under teacher forcing.
-
-    This equals exact match under greedy decoding: if the argmax is right at every position given
-    the true prefix, greedy decoding, which feeds its own argmax back, sees the true prefix at every
-    step and so produces the target exactly (induction over positions); and if greedy decoding
-    produces the target, its prefixes were the true ones, so every teacher-forced argmax was right.
-    One batched forward pass therefore measures it, with no decoding loop (chapter 5 checks it).
-    """
-    keep = target != ignore_index  # (B, T)
-    right = (logits.argmax(dim=-1) == target) | ~keep  # (B, T)
-    return int(right.all(dim=-1).sum()), target.size(0)
-
-
-def autocast_context(device: torch.device, amp: str = "auto") -> contextlib.AbstractContextManager:
-    """bf16 autocast on a CUDA GPU that supports it (``amp="auto"`` or ``"bf16"``), else nothing.
-
-    bf16 has float32's exponent range, so unlike fp16 it needs no loss scaling. On CPU, ``"auto"``
-    means float32 (CPU bf16 is slower than float32 on many processors); ``"bf16"`` forces it.
-    """
-    if amp not in ("auto", "bf16", "off"):
-        raise ValueError(f"amp must be 'auto', 'bf16' or 'off', got {amp!r}")
-    if amp == "off":
-        return contextlib.nullcontext()
-    if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        if amp == "bf16":
-            raise ValueError(f"amp='bf16' but {torch.cuda.get_device_name(device)} does not support bfloat16")
-        return contextlib.nullcontext()
-    if amp == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-@torch.no_grad()
-def evaluate(
-    model: nn.Module,
-    batches: Iterable[Any],
-    *,
-    device: torch.device | str | None = None,
-    pad_id: int = 0,
-    label_smoothing: float = 0.0,
-    amp: str = "auto",
-    all_reduce: bool = False,
-) -> dict[str, float]:
-    """Teacher-forced evaluation over ``batches`` (:class:`~transformer_lib.batching.Batch` es).
-
-    With ``all_reduce=True`` (several processes, each given its own slice of the data, e.g. by
-    ``make_loader(..., num_replicas, rank)``) the counts are summed over all processes first, so
-    every process returns the metrics of the whole data set, the same numbers on each.
-
-    Returns:
-        ``loss`` (cross-entropy per target token, with ``label_smoothing``; default none, so
-        ``ppl = exp(loss)`` is the perplexity), ``token_accuracy``, ``exact_match`` (see
-        :func:`exact_match_counts`), and ``n_sentences``.
-    """
-    device = torch.device(device) if device is not None else next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    loss, accuracy, exact = RunningMean(device), RunningMean(device), RunningMean(device)
-    try:
-        for batch in batches:
-            batch = batch.to(device, non_blocking=True)
-            src_mask, tgt_mask = model.make_masks(batch.src, batch.tgt_in)
-            with autocast_context(device, amp):
-                logits = model(batch.src, batch.tgt_in, src_mask, tgt_mask)  # (B, T, V)
-            loss_sum = label_smoothed_cross_entropy(logits, batch.tgt_out, label_smoothing, pad_id, "sum")
-            correct, tokens = token_accuracy(logits, batch.tgt_out, pad_id)
-            loss.update(loss_sum.detach().double(), tokens)
-            accuracy.update(correct, tokens)
-            exact.update(*exact_match_counts(logits, batch.tgt_out, pad_id))
-    finally:
-        model.train(was_training)
-    if all_reduce:
-        for meter in (loss, accuracy, exact):
-            meter.all_reduce()
-    if exact.count == 0:  # summed over the processes: one process may hold no batch of a small split
-        raise ValueError("evaluate got no batches")
-    return {
-        "loss": loss.mean,
-        "ppl": math.exp(min(loss.mean, 50.0)),
-        "token_accuracy": accuracy.mean,
-        "exact_match": exact.mean,
-        "n_sentences": int(exact.count),
-    }
-
-
-# --- 4. The training loop ----------------------------------------------------------------------
-
-
 class TrainingDiverged(RuntimeError):
     """The loss, a gradient norm or a weight became NaN or infinite; nothing diverged was saved."""
+
 
 @dataclass
 class TrainConfig:
@@ -491,7 +77,8 @@ class TrainConfig:
     Args:
         epochs: passes over the training data (``None``: until ``max_steps``).
         max_steps: stop after this many optimizer updates (``None``: after ``epochs``).
-        schedule: ``"noam"`` (paper), ``"cosine"`` (warm-up + cosine) or ``"constant"``.
+        schedule: a name in :data:`~transformer_lib.schedules.SCHEDULES`: ``"noam"`` (paper),
+            ``"cosine"`` (warm-up + cosine) or ``"constant"``.
         lr: peak learning rate. ``None`` with ``noam``: the paper's ``1 / sqrt(d_model * warmup)``.
         warmup_steps: updates of linear warm-up; the rate peaks exactly here.
         label_smoothing: :math:`\\varepsilon` of the training loss (paper: 0.1).
@@ -537,31 +124,19 @@ class TrainConfig:
         if self.epochs is None and self.max_steps is None:
             raise ValueError("set epochs or max_steps (or both): otherwise training never stops")
         for name in ("epochs", "max_steps", "eval_every", "checkpoint_every"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+            check_int(name, getattr(self, name), optional=True)
         for name in ("warmup_steps", "log_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.lr is not None and not 0 < self.lr < math.inf:
-            raise ValueError(f"lr must be a positive finite number, got {self.lr}")
-        if self.schedule not in ("noam", "cosine", "constant"):
-            raise ValueError(f"schedule must be 'noam', 'cosine' or 'constant', got {self.schedule!r}")
+            check_int(name, getattr(self, name))
+        check_int("keep_weights", self.keep_weights, minimum=0)
+        check_number("lr", self.lr, 0, low_open=True, optional=True)
+        check_choice("schedule", self.schedule, SCHEDULES)
         if self.schedule != "noam" and self.lr is None:
-            raise ValueError(f"the {self.schedule} schedule needs lr (its peak learning rate)")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        if self.clip_norm is not None and not 0 < self.clip_norm < math.inf:
-            raise ValueError(f"clip_norm must be a positive finite number or None, got {self.clip_norm}")
-        if not 0 <= self.weight_decay < math.inf:
-            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
-        if self.amp not in ("auto", "bf16", "off"):
-            raise ValueError(f"amp must be 'auto', 'bf16' or 'off', got {self.amp!r}")
-        if self.target_exact_match is not None and not 0.0 < self.target_exact_match <= 1.0:
-            raise ValueError(f"target_exact_match must be in (0, 1], got {self.target_exact_match}")
-        if isinstance(self.keep_weights, bool) or not isinstance(self.keep_weights, int) or self.keep_weights < 0:
-            raise ValueError(f"keep_weights must be a non-negative integer, got {self.keep_weights!r}")
+            raise ValueError(f"the {self.schedule} schedule needs lr (its peak learning rate), got lr=None")
+        check_number("label_smoothing", self.label_smoothing, 0, 1)
+        check_number("clip_norm", self.clip_norm, 0, low_open=True, optional=True)
+        check_number("weight_decay", self.weight_decay, 0)
+        check_choice("amp", self.amp, AMP_MODES)
+        check_number("target_exact_match", self.target_exact_match, 0, 1, low_open=True, high_open=False, optional=True)
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
@@ -570,8 +145,12 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
+        """The config :meth:`to_dict` wrote; an unknown key is an error (a misspelled setting must not be dropped)."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig field(s) {unknown}; the fields are {sorted(known)}")
+        return cls(**values)
 
 
 def _training_module(model: nn.Module, device: torch.device, world_size: int, compile: bool) -> nn.Module:
@@ -589,11 +168,21 @@ def _training_module(model: nn.Module, device: torch.device, world_size: int, co
     return torch.compile(module) if compile else module
 
 
-class Trainer:
-    """Trains a sequence-to-sequence model with teacher forcing, and checkpoints it.
+def _to_device(batch: Any, device: torch.device) -> Any:
+    """A batch on ``device``: an object with ``.to`` (a :class:`~transformer_lib.batching.Batch`), or a
+    tuple of tensors (a language model's ``(inputs, targets)``)."""
+    if isinstance(batch, tuple) and not hasattr(batch, "to"):
+        return tuple(x.to(device, non_blocking=True) for x in batch)
+    return batch.to(device, non_blocking=True)
 
-    One update: masks from the batch, forward (bf16 autocast on GPU), label-smoothed loss averaged
-    over the batch's target tokens, backward, gradient clipping, AdamW step, schedule step.
+
+class Trainer:
+    """Trains a model, one optimizer update per batch, and checkpoints it.
+
+    One update: the loss of the batch (forward under bf16 autocast on a GPU), averaged over the
+    batch's target tokens, backward, gradient clipping, AdamW step, schedule step. Nothing in it
+    waits for the GPU: the loss and the finiteness checks stay on the device until a log record,
+    a validation or a save reads them.
 
     Everything that decides the next update is checkpointed: model, optimizer and schedule state,
     the position in the data (epoch and batch), the random number generators and the running
@@ -620,11 +209,15 @@ class Trainer:
             ``batch_sampler`` with ``set_epoch`` (as :func:`~transformer_lib.batching.make_loader`'s
             does), it is called at each epoch. Its iteration must not use the global random state.
         config: a :class:`TrainConfig`.
-        val_loader: batches for :func:`evaluate` (``None``: no validation).
+        loss: ``loss(model, batch) -> (summed loss, number of tokens)``; default
+            :class:`~transformer_lib.losses.TranslationLoss` with the config's ``label_smoothing``
+            and ``pad_id``. Batches are moved to ``device`` first (objects with ``.to``, or tuples
+            of tensors).
+        val_loader: batches for :func:`~transformer_lib.metrics.evaluate` (``None``: no validation).
         device: where to train (default: CUDA when available, else CPU).
         checkpoint_path: where :meth:`save` writes (``None``: never saves).
         metadata: what the checkpoint holds besides the training state: ``model_config``,
-            ``src_vocab``, ``tgt_vocab``, ``task``, ``data`` (see :data:`CHECKPOINT_KEYS`).
+            ``tokenizers``, ``task``, ``data`` (see :data:`~transformer_lib.checkpoint.CHECKPOINT_KEYS`).
         on_log: called with each training record (e.g. to draw a live loss curve).
         on_eval: called with each validation record.
         val_metrics: called with the (unwrapped) model at each validation; the numbers it returns
@@ -642,6 +235,7 @@ class Trainer:
         train_loader: Iterable[Any],
         config: TrainConfig,
         *,
+        loss: LossFn | None = None,
         val_loader: Iterable[Any] | None = None,
         device: torch.device | str | None = None,
         checkpoint_path: str | Path | None = None,
@@ -653,13 +247,11 @@ class Trainer:
         self.config = config
         self.device = torch.device(device) if device is not None else default_device()
         self.model = model.to(self.device)
-        self.train_loader = train_loader
-        self.val_loader = val_loader
+        self.loss = loss if loss is not None else TranslationLoss(config.label_smoothing, config.pad_id)
+        self.train_loader, self.val_loader = train_loader, val_loader
         self.checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
         self.metadata = dict(metadata or {})
-        self.on_log = on_log
-        self.on_eval = on_eval
-        self.val_metrics = val_metrics
+        self.on_log, self.on_eval, self.val_metrics = on_log, on_eval, val_metrics
         self.rank, self.world_size = get_rank(), get_world_size()
         # What the training step calls: the model itself, or wrappers that call it. Checkpoints and
         # evaluation always use self.model, so its state_dict keys never gain a "module." (DDP) or
@@ -670,13 +262,11 @@ class Trainer:
             raise ValueError("train_loader yields no batches")
         by_epochs = config.epochs * self.steps_per_epoch if config.epochs is not None else None
         self.total_steps: int = min(s for s in (by_epochs, config.max_steps) if s is not None)
-        d_model = getattr(getattr(model, "config", None), "d_model", None)
-        if config.schedule == "noam" and config.lr is None and d_model is None:
-            raise ValueError("the noam schedule without lr needs model.config.d_model; pass TrainConfig(lr=...)")
         self.optimizer = make_optimizer(model, config.weight_decay, config.betas, config.adam_eps)
         self.scheduler = make_scheduler(
             self.optimizer, config.schedule, warmup_steps=config.warmup_steps, peak_lr=config.lr,
-            d_model=d_model, total_steps=max(self.total_steps, config.warmup_steps),
+            d_model=getattr(getattr(model, "config", None), "d_model", None),
+            total_steps=max(self.total_steps, config.warmup_steps),
         )
         self.step = 0  # optimizer updates done
         self.epoch = 0  # epochs completed
@@ -705,28 +295,15 @@ class Trainer:
         With several processes, ``batch`` is this process's slice of the batch, and the returned
         loss is summed over all the processes' slices.
         """
-        model, config = self.model, self.config
         self.train_module.train()
-        batch = batch.to(self.device, non_blocking=True)
-        src_mask, tgt_mask = model.make_masks(batch.src, batch.tgt_in)
-        with autocast_context(self.device, config.amp):
-            logits = self.train_module(batch.src, batch.tgt_in, src_mask, tgt_mask)  # (B, T, V)
-        loss_sum = label_smoothed_cross_entropy(logits, batch.tgt_out, config.label_smoothing, config.pad_id, "sum")
+        batch = _to_device(batch, self.device)
+        with autocast_context(self.device, self.config.amp):
+            loss_sum, n_tokens = self.loss(self.train_module, batch)
         self.optimizer.zero_grad(set_to_none=True)
-        if self.world_size == 1:
-            batch_loss, batch_tokens = loss_sum.detach(), batch.n_tokens
-            (loss_sum / max(batch.n_tokens, 1)).backward()
-        else:
-            # The loss and token count of the whole batch: one all-reduce of two numbers.
-            totals = torch.stack([loss_sum.detach().double(), loss_sum.new_full((), batch.n_tokens, dtype=torch.float64)])
-            dist.all_reduce(totals)
-            batch_loss, batch_tokens = totals[0], totals[1]
-            # DDP averages the processes' gradients (divides their sum by world_size), so scaling
-            # by world_size / all tokens makes the result the gradient of the whole batch's mean.
-            (loss_sum * (self.world_size / batch_tokens.clamp_min(1.0)).to(loss_sum.dtype)).backward()
+        batch_loss, batch_tokens = self._backward(loss_sum, n_tokens)
         finite = torch.isfinite(batch_loss)
-        if config.clip_norm is not None:
-            norm = nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm, foreach=True)
+        if self.config.clip_norm is not None:
+            norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm, foreach=True)
             finite = finite & torch.isfinite(norm)
         self._all_finite &= finite  # checked (one sync) before anything is logged, validated or saved
         self.optimizer.step()
@@ -735,6 +312,20 @@ class Trainer:
         self._window_loss.update(batch_loss, batch_tokens)
         self._epoch_loss.update(batch_loss, batch_tokens)
         return batch_loss
+
+    def _backward(self, loss_sum: Tensor, n_tokens: Tensor | int) -> tuple[Tensor, Tensor | int]:
+        """Backward of the mean loss per token; returns the summed loss and token count of the whole batch."""
+        if self.world_size == 1:
+            mean = loss_sum / (n_tokens.clamp_min(1) if isinstance(n_tokens, Tensor) else max(n_tokens, 1))
+            mean.backward()
+            return loss_sum.detach(), n_tokens
+        # The loss and token count of the whole batch: one all-reduce of two numbers.
+        totals = torch.stack([loss_sum.detach().double(), torch.as_tensor(n_tokens, device=loss_sum.device).double()])
+        dist.all_reduce(totals)
+        # DDP averages the processes' gradients (divides their sum by world_size), so scaling by
+        # world_size / all tokens makes the result the gradient of the whole batch's mean.
+        (loss_sum * (self.world_size / totals[1].clamp_min(1.0)).to(loss_sum.dtype)).backward()
+        return totals[0], totals[1]
 
     # -- the loop -------------------------------------------------------------------------------
 

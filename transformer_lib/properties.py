@@ -1,13 +1,15 @@
-"""Property checks the book runs on anything that maps a sequence to a sequence.
+"""Properties the book asserts of anything that maps a sequence to a sequence (chapters 1, 2).
 
 A mask bug rarely crashes: a mask that is built but not applied, or applied with the wrong
 polarity, gives outputs of the right shape and a loss that goes down. These checks catch such bugs
-by *behaviour*, so they work on any callable, from one attention function to a whole model:
+by *behaviour*, so they work on any callable, from one attention function to a whole model. Each
+raises ``AssertionError`` when the property fails (the library's input validators, which raise
+``ValueError``, are in :mod:`transformer_lib.validation`):
 
-- :func:`check_causal`: output position ``t`` must not change when inputs after ``t`` change.
-- :func:`check_padding_invariance`: outputs at real tokens must not change when the contents of
+- :func:`assert_causal`: output position ``t`` must not change when inputs after ``t`` change.
+- :func:`assert_padding_invariant`: outputs at real tokens must not change when the contents of
   padded positions change.
-- :func:`check_permutation_equivariant`: permuting the input positions permutes the outputs the
+- :func:`assert_permutation_equivariant`: permuting the input positions permutes the outputs the
   same way (true of attention without positional information, chapter 1).
 
 Both first run the callable twice on the same input and require identical outputs, so a layer
@@ -26,7 +28,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["check_deterministic", "check_causal", "check_padding_invariance", "check_permutation_equivariant"]
+__all__ = ["assert_deterministic", "assert_causal", "assert_padding_invariant", "assert_permutation_equivariant"]
 
 Perturb = Callable[[Tensor, torch.Generator], Tensor]
 
@@ -50,7 +52,7 @@ def _run(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     return out
 
 
-def check_deterministic(fn: Callable[[Tensor], Tensor], x: Tensor, atol: float = 0.0) -> Tensor:
+def assert_deterministic(fn: Callable[[Tensor], Tensor], x: Tensor, atol: float = 0.0) -> Tensor:
     """Run ``fn`` twice on ``x``; raise unless both outputs agree. Returns the output.
 
     Modules must be in ``eval()`` mode. A difference means something random is still active, most
@@ -75,7 +77,7 @@ def _check_same_length(x: Tensor, out: Tensor, dim: int) -> None:
         )
 
 
-def check_causal(
+def assert_causal(
     fn: Callable[[Tensor], Tensor],
     x: Tensor,
     *,
@@ -102,12 +104,12 @@ def check_causal(
     Example:
         >>> from transformer_lib.attention import scaled_dot_product_attention
         >>> from transformer_lib.masking import causal_mask
-        >>> check_causal(lambda x: scaled_dot_product_attention(x, x, x, causal_mask(5)[0])[0],
+        >>> assert_causal(lambda x: scaled_dot_product_attention(x, x, x, causal_mask(5)[0])[0],
         ...              torch.randn(2, 5, 4))
     """
     generator = torch.Generator().manual_seed(seed)
     perturb = _default_perturb if perturb is None else perturb
-    reference = check_deterministic(fn, x)
+    reference = assert_deterministic(fn, x)
     _check_same_length(x, reference, dim)
     other = perturb(x, generator)
     length = x.size(dim)
@@ -125,7 +127,7 @@ def check_causal(
             )
 
 
-def check_padding_invariance(
+def assert_padding_invariant(
     fn: Callable[[Tensor], Tensor],
     x: Tensor,
     is_real: Tensor,
@@ -145,7 +147,7 @@ def check_padding_invariance(
         fn: maps ``x`` to an output whose first two dimensions are ``(B, L)``.
         x: input whose first two dimensions are ``(B, L)``: embeddings ``(B, L, D)`` or ids ``(B, L)``.
         is_real: boolean ``(B, L)``, ``True`` at real tokens.
-        perturb, atol, seed: as in :func:`check_causal`.
+        perturb, atol, seed: as in :func:`assert_causal`.
     """
     if is_real.dtype != torch.bool or tuple(is_real.shape) != tuple(x.shape[:2]):
         raise ValueError(
@@ -154,7 +156,7 @@ def check_padding_invariance(
         )
     generator = torch.Generator().manual_seed(seed)
     perturb = _default_perturb if perturb is None else perturb
-    reference = check_deterministic(fn, x)
+    reference = assert_deterministic(fn, x)
     _check_same_length(x, reference, 1)
     pad = (~is_real).view(*is_real.shape, *([1] * (x.dim() - 2)))  # broadcast over feature dims
     out = _run(fn, torch.where(pad, perturb(x, generator), x))
@@ -168,7 +170,7 @@ def check_padding_invariance(
         )
 
 
-def check_permutation_equivariant(
+def assert_permutation_equivariant(
     fn: Callable[[Tensor], Tensor],
     x: Tensor,
     *,
@@ -194,7 +196,7 @@ def check_permutation_equivariant(
     if length > 1 and torch.equal(perm, torch.arange(length)):
         perm = perm.roll(1)
     perm = perm.to(x.device)
-    reference = check_deterministic(fn, x)
+    reference = assert_deterministic(fn, x)
     _check_same_length(x, reference, dim)
     out = _run(fn, x.index_select(dim, perm))
     expected = reference.index_select(dim, perm)

@@ -1,0 +1,96 @@
+"""Dependencies by use: installing the library brings what the model, training and translation need;
+the book's libraries are the ``[book]`` extra.
+
+Read from the source: every third-party module the core and the command lines import (anywhere in
+a file, lazy imports included) belongs to a base dependency of pyproject.toml. Run: in a fresh
+interpreter where the book's libraries cannot be imported, every core and command-line module
+imports, and the training and translation command lines work end to end.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from test_layout import APPS, CORE, ROOT, imports
+
+BOOK_LIBRARIES = ["altair", "pandas", "matplotlib", "vl_convert", "IPython", "jupyter_book", "sphinx"]
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _distributions(module: str) -> set[str]:
+    top = module.split(".")[0]
+    return {d.lower().replace("_", "-") for d in importlib.metadata.packages_distributions().get(top, [])}
+
+
+def test_the_base_install_is_what_the_core_and_the_command_lines_import() -> None:
+    base = {_name(r) for r in _pyproject()["dependencies"]}
+    used: dict[str, set[str]] = {}
+    for path in CORE + APPS:
+        for module in imports(path):
+            top = module.split(".")[0]
+            if top in sys.stdlib_module_names or top in ("transformer_lib", "__future__") or module.startswith("."):
+                continue
+            if path.name == "results.py" and top == "matplotlib":
+                continue  # optional: loss.png, drawn only when the [book] extra is installed
+            used.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    missing = {top: sorted(files) for top, files in used.items() if not _distributions(top) & base}
+    assert not missing, f"imported but not a base dependency of pyproject.toml: {missing}"
+    # numpy is used without an import: checkpoint.checkpoint_digest reads tensors' bytes by Tensor.numpy().
+    unused = base - {d for top in used for d in _distributions(top)} - {"numpy"}
+    assert not unused, f"base dependencies nothing in the core or the command lines imports: {sorted(unused)}"
+
+
+def test_the_book_libraries_are_an_extra() -> None:
+    project = _pyproject()
+    base = {_name(r) for r in project["dependencies"]}
+    book = {_name(r) for r in project["optional-dependencies"]["book"]}
+    assert {"altair", "pandas", "matplotlib", "vl-convert-python"} <= book
+    assert not book & base
+    assert "jupyter-book" in {_name(r) for r in project["optional-dependencies"]["site"]}
+    setup = (ROOT / "tests" / "test_book.py").read_text()
+    assert '"transformer_lib[book] @ git+' in setup, "the chapters' set-up cell installs the extra"
+    assert "-e .[book,site]" in (ROOT / "requirements.txt").read_text(), "make installs the extras"
+
+
+_WITHOUT_THE_BOOK = """
+import importlib, json, sys
+for name in json.loads(sys.argv[1]):
+    sys.modules[name] = None  # `import altair` (or pandas, matplotlib, ...) now raises ImportError
+for name in json.loads(sys.argv[2]):
+    importlib.import_module(name)
+from transformer_lib.cli import train, translate
+out = sys.argv[3]
+metrics = train.main(["--task", "reverse", "--n-train", "300", "--n-heldout", "30", "--longest", "4", "--max-steps", "3",
+                      "--eval-every", "3", "--no-progress", "--device", "cpu", "--out", out])
+assert metrics["steps"] == 3
+assert translate.main(["--checkpoint", out + "/checkpoint.pt", "--device", "cpu", "1 2 3"]) == 0
+print("ok")
+"""
+
+
+def test_the_library_and_its_command_lines_run_without_the_book_libraries(tmp_path: Path) -> None:
+    import json
+
+    modules = ["transformer_lib"] + [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in CORE + APPS
+                                     if p.stem != "__init__"]
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_THE_BOOK, json.dumps(BOOK_LIBRARIES), json.dumps(modules), str(tmp_path / "run")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+                                                                        "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")
+    assert "no loss.png" in result.stdout  # said, not failed
+    assert {p.name for p in (tmp_path / "run").iterdir()} >= {"checkpoint.pt", "metrics.json"}

@@ -1,0 +1,170 @@
+"""The shipped pretrained model: its file, its checksum, loading without a network, its BLEU, and the
+README's headline read from it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_lib import pretrained
+from transformer_lib.cli import export
+from transformer_lib.config import TransformerConfig
+from transformer_lib.model import Transformer
+from transformer_lib.subword import SubwordTokenizer
+from transformer_lib.translator import Translator, evaluate_bleu, read_multi30k_split
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Translator:
+    return pretrained.load()
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Any attempt to open a network connection fails the test."""
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_the_file_is_small_and_its_checksum_is_listed():
+    path = pretrained.shipped_path()
+    assert path.is_file()
+    assert path.stat().st_size <= pretrained.MAX_BYTES
+    listed = pretrained.expected_sha256(path)
+    assert listed is not None and re.fullmatch(r"[0-9a-f]{64}", listed)
+    assert pretrained.sha256_of(path) == listed
+
+
+def test_it_loads_offline_and_translates(offline):
+    translator = pretrained.load()
+    record = pretrained.info()
+    assert translator.task == "multi30k" and not translator.model.training
+    assert translator.model.config == record.config
+    # the output layer is tied to the shared embedding, as it was in training
+    assert translator.model.output_layer.weight.data_ptr() == translator.model.src_embed.embedding.weight.data_ptr()
+    [english] = translator.translate(["Ein Hund rennt über die Wiese."], **record.decoding)
+    assert "dog" in english.lower()
+
+
+def test_a_changed_file_is_refused(tmp_path):
+    copy = tmp_path / pretrained.FILE_NAME
+    shutil.copy(pretrained.shipped_path(), copy)
+    (tmp_path / "SHA256SUMS").write_text(f"{pretrained.expected_sha256(pretrained.shipped_path())}  {copy.name}\n")
+    pretrained.load(copy)  # an intact copy loads
+    data = bytearray(copy.read_bytes())
+    data[-1] ^= 0xFF  # one bit of one weight
+    copy.write_bytes(bytes(data))
+    with pytest.raises(pretrained.PretrainedError, match="SHA-256"):
+        pretrained.load(copy)
+
+
+def test_a_missing_file_or_checksum_is_an_error(tmp_path):
+    with pytest.raises(pretrained.PretrainedError, match=str(tmp_path / "none")):
+        pretrained.load(tmp_path / "none.safetensors")
+    other = tmp_path / "other.safetensors"
+    shutil.copy(pretrained.shipped_path(), other)
+    with pytest.raises(pretrained.PretrainedError, match="no checksum"):
+        pretrained.info(other)
+    assert pretrained.info(other, sha256=pretrained.sha256_of(other)).decoding  # an explicit checksum is enough
+
+
+def test_another_safetensors_file_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "plain.safetensors"
+    save_file({"w": torch.zeros(2)}, str(path))
+    with pytest.raises(pretrained.PretrainedError, match="format None"):
+        pretrained.info(path, sha256=pretrained.sha256_of(path))
+
+
+def _tiny_translator() -> Translator:
+    texts = ["ein hund rennt", "a dog runs", "zwei katzen schlafen", "two cats sleep"] * 5
+    tokenizer = SubwordTokenizer.train(texts, vocab_size=60, min_frequency=1)
+    config = TransformerConfig(src_vocab_size=len(tokenizer), tgt_vocab_size=len(tokenizer), d_model=16, n_heads=2,
+                               n_encoder_layers=1, n_decoder_layers=1, d_ff=32, share_embeddings=True, tie_output=True)
+    return Translator(Transformer(config).eval(), tokenizer, tokenizer, "multi30k", {"src_lang": "de", "tgt_lang": "en"})
+
+
+TUNING = {"chosen_by": "test", "chosen": {"beam_size": 2, "length_penalty": 0.6, "bleu": 1.0, "bleu_lowercased": 1.0},
+          "test": {"beam_size": 2, "length_penalty": 0.6, "bleu": 1.0, "bleu_lowercased": 1.0, "signature": "s"}}
+
+
+def test_save_then_load_gives_the_same_model_in_half_precision(tmp_path):
+    original = _tiny_translator()
+    path = tmp_path / "tiny.safetensors"
+    digest = pretrained.save(original, path, {"note": "tiny"}, TUNING)
+    loaded = pretrained.load(path, sha256=digest)
+    src = torch.tensor([[1, 5, 6, 7, 2]])
+    tgt = torch.tensor([[1, 8, 9]])
+    with torch.no_grad():
+        expected = original.model(src, tgt)
+        got = loaded.model(src, tgt)
+    # weights rounded to float16 (relative error 2**-11 each): outputs agree to about that
+    assert torch.allclose(got, expected, atol=5e-2, rtol=1e-2)
+    assert loaded.src_tokenizer.to_dict() == original.src_tokenizer.to_dict()
+    assert pretrained.info(path, sha256=digest).decoding == {"beam_size": 2, "length_penalty": 0.6}
+    with pytest.raises(pretrained.PretrainedError, match="chosen"):
+        pretrained.save(original, tmp_path / "bad.safetensors", {}, {"chosen": {}})
+
+
+def test_export_records_the_chosen_decoding_and_its_test_score():
+    grid = {"chosen_by": "validation BLEU, cased", "chosen": {"beam": 4, "length_penalty": 3.0, "bleu": 42.6},
+            "val": [{"beam": 4, "length_penalty": 3.0, "bleu": 42.6}],
+            "test": [{"beam": 4, "length_penalty": 0.6, "bleu": 40.6}, {"beam": 4, "length_penalty": 3.0, "bleu": 41.5}]}
+    record = export.tuning_record(grid)
+    assert record["chosen"]["beam_size"] == 4 and record["test"]["bleu"] == 41.5
+    grid["test"] = grid["test"][:1]
+    with pytest.raises(ValueError, match="length penalty 3.0"):
+        export.tuning_record(grid)
+
+
+@pytest.mark.multi30k
+def test_the_shipped_file_reproduces_its_recorded_test_bleu(shipped, real_multi30k):
+    """Test 2016 with the decoding chosen on validation, and greedy: the half-precision file scores
+    what the run measured in float32, within 0.15 BLEU."""
+    record = pretrained.info()
+    head = pretrained.headline(record)
+    pairs = read_multi30k_split("test", real_multi30k, "de", "en")
+    beam = record.decoding["beam_size"]
+    scores = evaluate_bleu(shipped, pairs, beam_sizes=(1, beam), length_penalty=record.decoding["length_penalty"])
+    chosen = scores[f"beam {beam}"]
+    assert chosen["bleu"].score == pytest.approx(head["test_bleu"], abs=0.15)
+    assert chosen["bleu_lowercased"].score == pytest.approx(head["test_bleu_lowercased"], abs=0.15)
+    assert scores["greedy"]["bleu"].score == pytest.approx(head["test_greedy_bleu"], abs=0.15)
+    assert chosen["bleu"].signature == head["signature"]
+
+
+def readme_headline() -> str:
+    text = (ROOT / "README.md").read_text()
+    match = re.search(r"<!-- headline -->(.*?)<!-- /headline -->", text, re.S)
+    assert match, "README.md marks its headline with <!-- headline --> ... <!-- /headline -->"
+    return match.group(1)
+
+
+def test_the_readme_headline_is_read_from_the_shipped_file():
+    """Every number in the README's headline is one the shipped file's record gives, formatted as the
+    README formats it; a number typed by hand that the record does not give fails."""
+    head = pretrained.headline()
+    expected = {
+        f"{head['test_bleu']:.1f}", f"{head['test_bleu_lowercased']:.1f}", f"{head['val_bleu']:.1f}",
+        f"{head['test_greedy_bleu']:.1f}", str(head["beam_size"]), f"{head['length_penalty']:.1f}",
+        f"{head['training_minutes']:.0f}", str(head["cpu_count"]), f"{head['parameters'] / 1e6:.1f}",
+        str(int(head["epochs"])), "2016",
+    }
+    text = readme_headline()
+    numbers = set(re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", re.sub(r"`[^`]*`", "", text)))
+    assert numbers - expected == set(), f"numbers in the README's headline that the shipped file does not give: {numbers - expected}"
+    for key in ("test_bleu", "test_bleu_lowercased"):
+        assert f"{head[key]:.1f}" in text, f"the headline omits {key} = {head[key]:.1f}"
+    assert head["signature"] in text

@@ -1,0 +1,220 @@
+"""Tests of transformer_lib.trainer: the training loop, resuming exactly, its config and its checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from errors import raises
+from test_metrics import _tiny_model
+
+from transformer_lib.batching import collate, make_loader
+from transformer_lib.checkpoint import CHECKPOINT_FORMAT_VERSION, CHECKPOINT_KEYS, checkpoint_metadata, kept_weights, load_checkpoint
+from transformer_lib.config import TransformerConfig
+from transformer_lib.device import autocast_context
+from transformer_lib.losses import label_smoothed_cross_entropy
+from transformer_lib.schedules import warmup_cosine_rate
+from transformer_lib.tokenizers import SymbolTokenizer
+from transformer_lib.toy_tasks import toy_task, toy_vocab
+from transformer_lib.trainer import TrainConfig, Trainer
+
+# --- the training loop ---------------------------------------------------------------------------
+
+
+def _trainer(tmp_path: Path, max_steps: int, model_seed: int = 0, **config) -> Trainer:
+    train, heldout = toy_task("reverse", 80, 16, n_symbols=8, longest=6, seed=1)
+    settings = dict(epochs=None, max_steps=max_steps, schedule="noam", lr=3e-3, warmup_steps=4, log_every=1,
+                    eval_every=3, progress=False)
+    settings.update(config)
+    model = _tiny_model(dropout=0.1, seed=model_seed)  # dropout on: resuming must restore the RNG too
+    vocab = toy_vocab(8)
+    return Trainer(
+        model, make_loader(train, 16, seed=5), TrainConfig(**settings), val_loader=make_loader(heldout, 16, shuffle=False),
+        device="cpu", checkpoint_path=tmp_path / "checkpoint.pt",
+        metadata=checkpoint_metadata(model.config, SymbolTokenizer(vocab), SymbolTokenizer(vocab), "reverse", {"n_symbols": 8}),
+    )
+
+
+@pytest.mark.parametrize("stop_at", [5, 7, 10])  # mid-epoch, mid-epoch after an evaluation, end of epoch 2
+def test_stopping_and_resuming_gives_the_same_losses_as_an_uninterrupted_run(tmp_path: Path, stop_at: int) -> None:
+    torch.manual_seed(123)
+    uninterrupted = _trainer(tmp_path / "a", max_steps=13)
+    uninterrupted.fit()
+
+    torch.manual_seed(123)
+    first = _trainer(tmp_path / "b", max_steps=stop_at)
+    first.fit()
+    torch.manual_seed(999)  # a different process state: everything must come from the checkpoint
+    torch.randn(100)
+    resumed = _trainer(tmp_path / "b", max_steps=13, model_seed=1)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "b" / "checkpoint.pt"))
+    assert resumed.step == stop_at
+    resumed.fit()
+
+    assert [r["loss"] for r in resumed.history["train"]] == [r["loss"] for r in uninterrupted.history["train"]]
+    assert [r["loss"] for r in resumed.history["val"]] == [r["loss"] for r in uninterrupted.history["val"]]
+    for name, value in uninterrupted.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[name], value), name
+
+
+class PowerCut(Exception):
+    """A crash in the middle of training."""
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "noam"])
+def test_resuming_after_a_crash_gives_the_same_losses(tmp_path: Path, schedule: str) -> None:
+    settings = dict(max_steps=13, schedule=schedule, checkpoint_every=4)
+    torch.manual_seed(123)
+    uninterrupted = _trainer(tmp_path / "a", **settings)
+    uninterrupted.fit()
+
+    torch.manual_seed(123)
+    crashing = _trainer(tmp_path / "b", **settings)
+
+    def power_cut(record: dict) -> None:
+        if record["step"] == 10:
+            raise PowerCut
+
+    crashing.on_log = power_cut
+    with pytest.raises(PowerCut):
+        crashing.fit()
+    resumed = _trainer(tmp_path / "b", model_seed=1, **settings)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "b" / "checkpoint.pt"))
+    assert resumed.step == 8  # the last checkpoint before the crash
+    resumed.fit()
+    assert [r["loss"] for r in resumed.history["train"]] == [r["loss"] for r in uninterrupted.history["train"]]
+    assert [r["lr"] for r in resumed.history["train"]] == [r["lr"] for r in uninterrupted.history["train"]]
+
+
+def test_resuming_with_more_steps_stretches_the_cosine_schedule(tmp_path: Path) -> None:
+    short = _trainer(tmp_path, max_steps=6, schedule="cosine")
+    short.fit()
+    longer = _trainer(tmp_path, max_steps=20, schedule="cosine")
+    longer.load_state_dict(load_checkpoint(tmp_path / "checkpoint.pt"))
+    assert longer.optimizer.param_groups[0]["lr"] == pytest.approx(warmup_cosine_rate(7, 3e-3, 4, 20))
+    longer.fit()
+    assert [r["lr"] for r in longer.history["train"][6:]] == pytest.approx([warmup_cosine_rate(s, 3e-3, 4, 20) for s in range(7, 21)])
+
+
+def test_training_stops_at_the_target_exact_match_or_max_steps(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_steps=6, target_exact_match=1e-9)  # any match at all stops it
+    trainer.history["val"].append({"exact_match": 0.5})
+    trainer.fit()
+    assert trainer.step == 0 and "exact match" in trainer.stopped_because
+    trainer = _trainer(tmp_path, max_steps=6)
+    trainer.fit()
+    assert trainer.step == 6 and trainer.stopped_because == "reached 6 steps"
+    assert trainer.total_steps == 6 and len(trainer.history["val"]) == 2  # evaluated at steps 3 and 6
+
+
+def test_training_lowers_the_loss(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_steps=30, eval_every=30, log_every=10)
+    trainer.fit()
+    losses = [r["loss"] for r in trainer.history["train"]]
+    assert losses[-1] < losses[0] - 0.3
+    assert all(r["lr"] > 0 and r["tokens_per_s"] > 0 for r in trainer.history["train"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"epochs": None, "max_steps": None}, ["epochs", "max_steps"]),
+        ({"schedule": "cosine"}, ["cosine", "lr"]),
+        ({"label_smoothing": 1.0}, ["label_smoothing", 1.0]),
+        ({"warmup_steps": 0}, ["warmup_steps", 0]),
+        ({"clip_norm": -1.0}, ["clip_norm", -1.0]),
+        ({"amp": "fp8"}, ["amp", "'fp8'"]),
+        ({"max_steps": 2.5}, ["max_steps", 2.5]),
+        ({"target_exact_match": 2}, ["target_exact_match", 2]),
+        ({"keep_weights": -1}, ["keep_weights", -1]),
+        ({"schedule": "linear", "lr": 1e-3}, ["schedule", "'linear'"]),
+    ],
+)
+def test_train_config_rejects_bad_settings(kwargs: dict, named: list) -> None:
+    with raises(ValueError, *named):
+        TrainConfig(**kwargs)
+
+
+def test_train_config_round_trips() -> None:
+    config = TrainConfig(epochs=3, lr=1e-3, schedule="cosine", betas=(0.9, 0.95))
+    assert TrainConfig.from_dict(config.to_dict()) == config
+
+
+def test_autocast_is_off_on_cpu_by_default() -> None:
+    with autocast_context(torch.device("cpu")):
+        assert torch.mm(torch.randn(2, 2), torch.randn(2, 2)).dtype == torch.float32
+    with raises(ValueError, "amp"):
+        autocast_context(torch.device("cpu"), "fp16")
+
+
+def test_epochs_record_their_mean_training_loss_and_resume_exactly(tmp_path: Path) -> None:
+    whole = _trainer(tmp_path / "a", max_steps=13, eval_every=None)  # 80 pairs in batches of 16: 5 per epoch
+    whole.fit()
+    epochs = whole.history["epochs"]
+    assert [(r["epoch"], r["step"]) for r in epochs] == [(1, 5), (2, 10)]
+    assert all(r["train_tokens"] > 80 for r in epochs)  # every target token and <eos> of the 80 pairs
+    for r, first in zip(epochs, (0, 5)):  # a token-weighted mean of the epoch's per-update losses (log_every=1)
+        losses = [t["loss"] for t in whole.history["train"][first : first + 5]]
+        assert min(losses) < r["train_loss"] < max(losses)
+    assert all("elapsed_s" in r for r in whole.history["val"])
+
+    first = _trainer(tmp_path / "b", max_steps=7, eval_every=None)
+    first.fit()  # stops mid-epoch 2: the epoch's running sums go into the checkpoint
+    resumed = _trainer(tmp_path / "b", max_steps=13, eval_every=None)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "b" / "checkpoint.pt"))
+    resumed.fit()
+    without_time = [{k: v for k, v in r.items() if k != "elapsed_s"} for r in epochs]
+    assert [{k: v for k, v in r.items() if k != "elapsed_s"} for r in resumed.history["epochs"]] == without_time
+
+
+def test_compiled_training_saves_the_plain_modules_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile wraps the model (``_orig_mod.`` prefixes); checkpoints must not see the wrapper.
+
+    The eager backend runs the captured graphs without generating code, so the numbers are those of
+    the plain model (inductor's fused kernels, used on a GPU, round differently).
+    """
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module: real_compile(module, backend="eager"))
+    plain = _trainer(tmp_path / "plain", max_steps=4)
+    plain.fit()
+    compiled = _trainer(tmp_path / "compiled", max_steps=4, compile=True)
+    assert compiled.train_module is not compiled.model
+    compiled.fit()
+    saved = load_checkpoint(tmp_path / "compiled" / "checkpoint.pt")["model_state"]
+    assert list(saved) == list(plain.model.state_dict())  # no "_orig_mod." prefix
+    assert [r["loss"] for r in compiled.history["train"]] == pytest.approx([r["loss"] for r in plain.history["train"]], rel=1e-5)
+    resumed = _trainer(tmp_path / "compiled", max_steps=6, compile=True)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "compiled" / "checkpoint.pt"))  # loads into the plain module
+    resumed.fit()
+    assert resumed.step == 6
+
+
+# --- checkpoints the trainer writes ------------------------------------------------------------
+
+
+def test_trainer_keeps_the_weights_of_its_last_checkpoints(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_steps=12, eval_every=None, checkpoint_every=3, keep_weights=2)
+    trainer.fit()
+    kept = kept_weights(tmp_path / "weights")
+    assert [p.name for p in kept] == ["step_0000009.pt", "step_0000012.pt"]
+    last = torch.load(kept[-1], weights_only=True)
+    assert last["step"] == 12
+    assert all(torch.equal(last["model_state"][k], v) for k, v in trainer.model.state_dict().items())
+
+
+def test_trainer_checkpoints_hold_every_entry(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_steps=3)
+    trainer.fit()
+    loaded = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert set(CHECKPOINT_KEYS) <= set(loaded)
+    assert loaded["format_version"] == CHECKPOINT_FORMAT_VERSION and loaded["task"] == "reverse" and loaded["step"] == 3
+    assert TransformerConfig.from_dict(loaded["model_config"]) == trainer.model.config
+
+
+def test_collate_matches_what_the_loop_feeds_the_model() -> None:
+    """The loop trains on tgt_in -> tgt_out: a model that copies tgt_out gets zero loss (sanity of the shift)."""
+    batch = collate([([4, 5], [6, 7, 8])])
+    logits = F.one_hot(batch.tgt_out, 9).float() * 100  # (B, T, V): certain of the right next token
+    assert label_smoothed_cross_entropy(logits, batch.tgt_out).item() == pytest.approx(0.0, abs=1e-6)

@@ -1,0 +1,280 @@
+"""The training command line's options: a typed run configuration (:class:`RunConfig`), the options of
+one session (:class:`SessionOptions`), and the parser made from both, one option per field.
+
+Every option of ``python -m transformer_lib.cli.train`` is a field of one of the two dataclasses,
+under the same name (``--warmup-steps`` sets ``warmup_steps``), so there is no table that maps
+names. :class:`RunConfig` is what a run *is*: it is resolved once (defaults of the task and
+profile, :data:`~transformer_lib.cli.profiles.DEFAULTS`, then every option given), checked, and
+saved in the checkpoint (``run``). A resumed run takes it from the checkpoint, and only the
+fields marked ``resumable`` (how long to train, how to evaluate, where to run) may change.
+:class:`SessionOptions` say how this one invocation runs (the folder, the device, the data file):
+they are never compared with a checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..config import PRESETS, TransformerConfig
+from ..device import AMP_MODES
+from ..schedules import SCHEDULES
+from ..toy_tasks import TOY_TASKS
+from ..trainer import TrainConfig
+from ..validation import check_choice, check_int, check_number
+from ..vocab import SPECIALS
+from .common import CommandLineParser
+from .profiles import DEFAULTS, PROFILE_ENV, PROFILES, current_profile
+
+__all__ = ["TASKS", "TOKENIZERS", "BLEU_MODES", "RunConfig", "SessionOptions", "flag", "parse_args", "resolve"]
+
+TASKS = (*TOY_TASKS, "multi30k")
+TOKENIZERS = ("words", "bpe")  # what prepare_multi30k learns from the training split
+BLEU_MODES = ("off", "final", "epoch")
+
+
+def _option(help: str, default: Any = None, *, choices: tuple[Any, ...] | None = None, task: str | None = None,
+            resumable: bool = False, zero_is_off: bool = False, metavar: str | None = None, required: bool = False) -> Any:
+    """A dataclass field that is also a command-line option.
+
+    ``task``: ``"toy"`` or ``"multi30k"`` for options of one task family only; ``resumable``: may
+    differ from the checkpoint when resuming; ``zero_is_off``: the option's value 0 means ``None``;
+    ``required``: the command line needs it.
+    """
+    meta = dict(help=help, choices=choices, task=task, resumable=resumable, zero_is_off=zero_is_off, metavar=metavar,
+                required=required)
+    return field(default=default, metadata=meta)
+
+
+def flag(name: str) -> str:
+    """The option that sets field ``name``: ``--warmup-steps`` for ``warmup_steps``."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclass
+class RunConfig:
+    """Every setting of a training run, one field per option of the same name.
+
+    Fields left ``None`` mean "not used by this task" (the toy tasks' options in a Multi30k run and
+    the other way round) or "the preset's" (``dropout``, ``norm_first``) or "off" (``clip_norm``,
+    ``target_exact_match``, ``bleu_threshold``, ``max_steps``/``epochs``: by the other one).
+    """
+
+    task: str = _option("what to learn", choices=TASKS, required=True)
+    profile: str = _option(f"default sizes (default: ${PROFILE_ENV}, else full on GPU, fast on CPU)", choices=PROFILES)
+    preset: str = _option("model size", choices=tuple(sorted(PRESETS)))
+    seed: int = _option("random seed of the data order, the weights and dropout", 0)
+    amp: str = _option("bf16 autocast (auto: on CUDA only)", "auto", choices=AMP_MODES)
+    compile: bool = _option("torch.compile the training forward pass (worth it on a GPU)", False, resumable=True)
+    # training
+    epochs: int | None = _option("passes over the training data", resumable=True)
+    max_steps: int | None = _option("stop after this many updates", resumable=True)
+    batch_size: int = _option("sentences per batch (the global batch under torchrun)")
+    schedule: str = _option("learning-rate schedule", choices=tuple(SCHEDULES))
+    lr: float | None = _option("peak learning rate")
+    warmup_steps: int = _option("warm-up updates (the rate peaks here)")
+    label_smoothing: float = _option("label smoothing of the training loss")
+    clip_norm: float | None = _option("clip the gradients' norm to this (0: off)", zero_is_off=True)
+    weight_decay: float = _option("AdamW weight decay of matrices", 0.0)
+    dropout: float | None = _option("dropout (default: the preset's)")
+    norm_first: bool | None = _option("Pre-LN (--norm-first) or the paper's Post-LN (--no-norm-first); default: the preset's")
+    eval_every: int | None = _option("validate every N updates (default: after each epoch)")
+    checkpoint_every: int | None = _option("also checkpoint every N updates", resumable=True)
+    target_exact_match: float | None = _option("stop at this validation exact match (0: never)", resumable=True,
+                                               zero_is_off=True)
+    log_every: int = _option("record the training loss every N updates")
+    keep_weights: int = _option("keep the last N checkpoints' weights and try their average at the end (0: off)", 0,
+                                metavar="N")
+    # the toy tasks (copy, reverse)
+    n_train: int | None = _option("training sequences", task="toy")
+    n_heldout: int | None = _option("held-out sequences, never seen in training", task="toy")
+    n_symbols: int | None = _option("symbols in the alphabet", task="toy")
+    shortest: int | None = _option("fewest symbols in a sequence", task="toy")
+    longest: int | None = _option("most symbols in a sequence", task="toy")
+    # multi30k
+    train_size: int | None = _option("train on a random subset of this many pairs", task="multi30k")
+    tokenizer: str | None = _option("words: a word vocabulary per language; bpe: one joint subword vocabulary, "
+                                     "embeddings shared and tied", choices=TOKENIZERS, task="multi30k")
+    vocab_size: int | None = _option("with --tokenizer bpe: tokens in the joint vocabulary", task="multi30k")
+    min_freq: int | None = _option("words: fewest occurrences of a word; bpe: of a pair to merge", task="multi30k")
+    lowercase: bool = _option("lower-case the text", False, task="multi30k")
+    bleu: str = _option("decode and score BLEU: at the end (val and test, greedy and beam), or also after every "
+                        "validation (val, greedy)", "off", choices=BLEU_MODES, task="multi30k", resumable=True)
+    beam_size: int = _option("beam width for the final BLEU (beside greedy)", 4, task="multi30k", resumable=True)
+    bleu_threshold: float | None = _option("with --bleu epoch: record when validation BLEU (greedy, lowercased) "
+                                           "first reaches this", task="multi30k", resumable=True)
+
+    def __post_init__(self) -> None:
+        check_choice(flag("task"), self.task, TASKS)
+        check_choice(flag("profile"), self.profile, PROFILES)
+        check_choice(flag("preset"), self.preset, PRESETS)
+        check_choice(flag("schedule"), self.schedule, SCHEDULES)
+        check_choice(flag("amp"), self.amp, AMP_MODES)
+        for name in ("batch_size", "warmup_steps", "log_every", "beam_size"):
+            check_int(flag(name), getattr(self, name))
+        for name in self._family_fields("toy"):  # integers, set for a toy task (None otherwise)
+            check_int(flag(name), getattr(self, name), optional=self.family != "toy")
+        for name in ("epochs", "max_steps", "eval_every", "checkpoint_every", "train_size", "vocab_size", "min_freq"):
+            check_int(flag(name), getattr(self, name), optional=True)
+        check_int(flag("keep_weights"), self.keep_weights, minimum=0)
+        self._check_numbers()
+        self._check_family()
+
+    @property
+    def family(self) -> str:
+        """``"toy"`` for the copy and reverse tasks, else ``"multi30k"``."""
+        return "toy" if self.task in TOY_TASKS else "multi30k"
+
+    @classmethod
+    def _family_fields(cls, family: str) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls) if f.metadata["task"] == family)
+
+    def _check_numbers(self) -> None:
+        check_number(flag("lr"), self.lr, 0, low_open=True, optional=True)
+        check_number(flag("label_smoothing"), self.label_smoothing, 0, 1)
+        check_number(flag("dropout"), self.dropout, 0, 1, optional=True)
+        check_number(flag("clip_norm"), self.clip_norm, 0, low_open=True, optional=True)
+        check_number(flag("weight_decay"), self.weight_decay, 0)
+        check_number(flag("target_exact_match"), self.target_exact_match, 0, 1, low_open=True, high_open=False, optional=True)
+        check_number(flag("bleu_threshold"), self.bleu_threshold, 0, 100, high_open=False, optional=True)
+        if self.epochs is None and self.max_steps is None:
+            raise ValueError("set --epochs or --max-steps (or both): otherwise training never stops")
+
+    def _check_family(self) -> None:
+        if self.family == "toy":
+            check_int(flag("longest"), self.longest, minimum=self.shortest)  # type: ignore[arg-type]
+            if self.bleu != "off":
+                raise ValueError(f"--bleu {self.bleu}: BLEU scores translations; the {self.task!r} task has exact match instead")
+            return
+        check_choice(flag("tokenizer"), self.tokenizer, TOKENIZERS)
+        check_choice(flag("bleu"), self.bleu, BLEU_MODES)
+        if self.tokenizer == "bpe" and self.vocab_size is not None and self.vocab_size <= len(SPECIALS):
+            raise ValueError(f"--vocab-size must be more than the {len(SPECIALS)} special tokens for --tokenizer bpe, "
+                             f"got {self.vocab_size}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> RunConfig:
+        """The config :meth:`to_dict` wrote (a checkpoint's ``run``); an unknown key is an error."""
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown run setting(s) {unknown}: not a setting of this version's RunConfig")
+        return cls(**values)
+
+    def train_config(self, pad_id: int, progress: bool) -> TrainConfig:
+        """The trainer's config: every TrainConfig field has the same name here."""
+        shared = {f.name: getattr(self, f.name) for f in fields(TrainConfig) if hasattr(self, f.name)}
+        return TrainConfig(**{**shared, "pad_id": pad_id, "progress": progress})
+
+    def model_config(self, src_vocab_size: int, tgt_vocab_size: int, pad_id: int) -> TransformerConfig:
+        """The preset with what the options change: dropout, Pre-/Post-LN, and one shared matrix for a
+        joint (BPE) vocabulary (source, target and output layer: three uses, one matrix)."""
+        overrides: dict[str, Any] = {}
+        if self.dropout is not None:
+            overrides["dropout"] = self.dropout
+        if self.norm_first is not None:
+            overrides["norm_first"] = self.norm_first
+        if self.tokenizer == "bpe":
+            overrides.update(share_embeddings=True, tie_output=True)
+        return TransformerConfig.from_preset(self.preset, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
+                                             pad_id=pad_id, **overrides)
+
+
+@dataclass
+class SessionOptions:
+    """How this one invocation runs; never compared with a checkpoint."""
+
+    out: Path = _option("output folder (checkpoint.pt, metrics.json, loss.png)", required=True)
+    restart: bool = _option("start over, although --out has a checkpoint (earlier results are moved to OUT/previous-*)", False)
+    device: str = _option("'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:1', ...", "auto")
+    no_progress: bool = _option("hide the progress bar (TQDM_DISABLE=1 does too)", False)
+    debug: bool = _option("show the traceback of an error (or set TRANSFORMER_LIB_DEBUG=1)", False)
+    data_dir: Path | None = _option("folder with the .gz files (default: $MULTI30K_DIR, else download to the cache)",
+                                    task="multi30k")
+    data: Path | None = _option("prepared data from --prepare-only (skips tokenizing)", task="multi30k")
+    prepare_only: bool = _option("tokenize and write OUT/data.pt, then stop (for the full profile unless --profile "
+                                 "says otherwise)", False, task="multi30k")
+
+
+def _number_or_off(kind: type) -> Any:
+    """An argparse type for an option whose value 0 means "off" (``None``)."""
+
+    def convert(text: str) -> Any:
+        value = kind(text)
+        return None if value == 0 else value
+
+    convert.__name__ = kind.__name__  # argparse names the type in its errors
+    return convert
+
+
+def _add_field(parser: Any, item: dataclasses.Field, hint: Any) -> None:
+    meta, name = item.metadata, flag(item.name)
+    kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+    options: dict[str, Any] = dict(dest=item.name, help=meta["help"], default=argparse.SUPPRESS)
+    if meta["required"]:
+        options["required"] = True
+    if item.name == "norm_first":
+        parser.add_argument(name, action=argparse.BooleanOptionalAction, **options)
+    elif kind is bool:
+        parser.add_argument(name, action="store_true", **options)
+    else:
+        convert = _number_or_off(kind) if meta["zero_is_off"] else kind
+        parser.add_argument(name, type=convert, choices=meta["choices"], metavar=meta["metavar"], **options)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = CommandLineParser(
+        prog="python -m transformer_lib.cli.train",
+        description="Train an encoder-decoder Transformer on a toy task or on Multi30k (German -> English).",
+    )
+    groups = {None: parser, "toy": parser.add_argument_group("toy tasks (copy, reverse)"),
+              "multi30k": parser.add_argument_group("multi30k")}
+    for cls in (RunConfig, SessionOptions):
+        hints = typing.get_type_hints(cls)
+        for item in fields(cls):
+            _add_field(groups[item.metadata["task"]], item, hints[item.name])
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> dict[str, Any]:
+    """The options given, by field name (those left out are absent); ``--task`` and ``--out`` are required."""
+    return vars(_parser().parse_args(argv))
+
+
+def _check_family_options(task: str, given: dict[str, Any]) -> None:
+    """Options of the other task family are refused by name, before anything is created."""
+    family = "toy" if task in TOY_TASKS else "multi30k"
+    items = [*fields(RunConfig), *fields(SessionOptions)]
+    wrong = [flag(f.name) for f in items if f.metadata["task"] not in (None, family) and given.get(f.name) not in (None, False)]
+    if wrong:
+        what = "the toy tasks make their data themselves" if family == "toy" else "those options are for the toy tasks"
+        raise ValueError(f"{', '.join(wrong)} do(es) not apply to --task {task}: {what}; leave it out")
+
+
+def resolve(given: dict[str, Any]) -> tuple[RunConfig, SessionOptions]:
+    """The run's configuration (the task's and profile's defaults, then every option given) and the
+    session's options, both checked.
+
+    ``--prepare-only`` without ``--profile`` prepares the data of a full run: the file is usually
+    made on one machine (with the data and spaCy) for a full run on another (a GPU).
+    """
+    _check_family_options(given["task"], given)
+    session_names = {f.name for f in fields(SessionOptions)}
+    session = SessionOptions(**{k: v for k, v in given.items() if k in session_names})
+    if session.restart and session.prepare_only:
+        raise ValueError("--restart and --prepare-only: --prepare-only only writes data.pt; leave out --restart")
+    settings = {k: v for k, v in given.items() if k not in session_names}
+    profile = settings.get("profile") or ("full" if session.prepare_only else current_profile())
+    family = "toy" if given["task"] in TOY_TASKS else "multi30k"
+    return RunConfig.from_dict({**DEFAULTS[family][profile], **settings, "profile": profile}), session
+
+
+def resumable_fields() -> tuple[str, ...]:
+    """The settings a resumed run may change: how long to train, how to evaluate, where to run."""
+    return tuple(f.name for f in fields(RunConfig) if f.metadata["resumable"])

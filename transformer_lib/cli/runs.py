@@ -1,0 +1,91 @@
+"""A run's output folder: one run at a time (a lock), earlier results moved aside (never deleted), and
+the results file written atomically."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import atomic_write
+
+__all__ = ["EARLIER_RESULTS", "lock_folder", "unlock_folder", "move_aside", "write_json", "json_safe"]
+
+# Results an earlier run left in --out: a fresh run or --restart moves them aside, never deletes them.
+EARLIER_RESULTS = ("checkpoint.pt", "model.pt", "weights", "metrics.json", "loss.png")
+
+
+def lock_folder(out: Path) -> Any:
+    """Hold ``OUT/.lock`` while this run lives: a second run into the same folder is refused.
+
+    ``flock`` is released by the kernel when the process ends, however it ends (SIGKILL too), so a
+    crashed run never leaves the folder locked. On a system without ``fcntl`` (Windows) there is no lock.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    handle = open(out / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 - held until unlock_folder
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        owner = handle.read().strip() or "?"
+        handle.close()
+        raise ValueError(f"another run (process {owner}) is writing to {out}; wait for it to end, or use another --out") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    for stale in [*out.glob(".*.tmp"), *(out / "weights").glob(".*.tmp")]:
+        stale.unlink(missing_ok=True)  # left by a save that was killed; no other run writes here
+    return handle
+
+
+def unlock_folder(lock: Any, out: Path, remove_if_empty: bool) -> None:
+    """Release the lock; a folder this run created and left empty (it never started) is removed."""
+    if lock is not None:
+        lock.close()
+    if remove_if_empty and out.is_dir() and {p.name for p in out.iterdir()} <= {".lock"}:
+        (out / ".lock").unlink(missing_ok=True)
+        out.rmdir()
+
+
+def move_aside(out: Path, names: list[str], say: Callable[[str], None]) -> None:
+    """Move earlier results into a new ``OUT/previous-YYYYmmdd-HHMMSS`` folder instead of deleting them."""
+    present = [out / name for name in names if (out / name).exists()]
+    if not present:
+        return
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = out / f"previous-{stamp}"
+    for n in itertools.count(2):
+        if not aside.exists():
+            break
+        aside = out / f"previous-{stamp}-{n}"
+    aside.mkdir()
+    for path in present:
+        os.replace(path, aside / path.name)
+    say(f"moved the earlier results ({', '.join(p.name for p in present)}) to {aside}")
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinity as ``None``: JSON has no such numbers (``null`` it has)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def write_json(path: Path, value: Any) -> None:
+    """``value`` (NaN and infinities as ``null``) as indented JSON, written atomically."""
+    text = json.dumps(json_safe(value), indent=2, allow_nan=False) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))

@@ -1,0 +1,224 @@
+"""Text to ids and back (chapter 3): word tokenizers (spaCy's rules, Moses' detokenizer), the toy
+tasks' symbols, and the table of every kind of tokenizer, :data:`TOKENIZERS`.
+
+Every tokenizer implements :class:`transformer_lib.vocab.Tokenizer`: ``tokenize``/``encode`` text,
+``detokenize``/``decode`` tokens, and ``to_dict``/``from_dict`` for checkpoints, whose dict records
+its ``kind``. :func:`tokenizer_from_dict` rebuilds any of them and refuses a kind it does not know.
+
+- Words: :func:`word_splitter` (``spacy.blank``, rules only, no model download),
+  :func:`tokenize_corpus`, :func:`detokenize` (their inverse), :class:`WordTokenizer`.
+- Symbols separated by spaces (the copy and reverse tasks): :class:`SymbolTokenizer`.
+- Subword pieces: :class:`~transformer_lib.subword.SubwordTokenizer` (BPE).
+
+It imports nothing from the model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any
+
+from .subword import SubwordTokenizer
+from .vocab import Tokenizer, Vocab
+
+__all__ = [
+    "word_splitter",
+    "tokenize_corpus",
+    "detokenize",
+    "WordTokenizer",
+    "SymbolTokenizer",
+    "TOKENIZERS",
+    "tokenizer_from_dict",
+]
+
+
+@lru_cache(maxsize=None)
+def _blank_pipeline(lang: str) -> Any:
+    import spacy  # imported lazily: only the text pipeline needs it
+
+    return spacy.blank(lang)
+
+
+def word_splitter(lang: str) -> Callable[[str], list[str]]:
+    """A rule-based word tokenizer for ``lang`` (``"de"``, ``"en"``, ...), from ``spacy.blank``.
+
+    ``spacy.blank`` needs no model download: it holds only the language's tokenization rules
+    (punctuation, abbreviations such as "z.B.", contractions such as "isn't" -> "is", "n't").
+
+    Example:
+        >>> word_splitter("de")("Ein Mann fährt Fahrrad.")
+        ['Ein', 'Mann', 'fährt', 'Fahrrad', '.']
+    """
+    nlp = _blank_pipeline(lang)
+
+    def split(text: str) -> list[str]:
+        return [token.text for token in nlp.tokenizer(text.strip())]
+
+    return split
+
+
+def tokenize_corpus(texts: Iterable[str], lang: str, lowercase: bool = False) -> list[list[str]]:
+    """Split many sentences with :func:`word_splitter` (``spacy.blank``), lower-casing first if asked."""
+    split = word_splitter(lang)
+    return [split(text.lower() if lowercase else text) for text in texts]
+
+
+_WORD_END = re.compile(r"[^\W_]$")  # the token ends with a letter or digit
+_WORD_START = re.compile(r"^[^\W_]")  # the token starts with a letter or digit
+
+
+@lru_cache(maxsize=None)
+def _moses_detokenizer(lang: str) -> Any:
+    from sacremoses import MosesDetokenizer  # imported lazily: only detokenizing needs it
+
+    return MosesDetokenizer(lang=lang)
+
+
+def _undo_spacy_splits(tokens: Sequence[str]) -> list[str]:
+    """Re-join the two splits spaCy makes inside words, which Moses' rules do not know.
+
+    - ``"n't"`` belongs to the word before it: spaCy splits "isn't" into ``is`` + ``n't`` and
+      "can't" into ``ca`` + ``n't``, so gluing gives back the original spelling.
+    - spaCy's English tokenizer splits hyphens *inside* words ("t-shirt" -> ``t`` ``-`` ``shirt``).
+      A ``-`` token between two word tokens is re-joined. This also joins a dash that stood between
+      spaces in the original ("a - b"), but in Multi30k's English training text hyphens inside
+      words outnumber such dashes 200 to 1.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token.lower() == "n't" and out:
+            out[-1] += token
+        elif (
+            token == "-"
+            and out
+            and i + 1 < len(tokens)
+            and _WORD_END.search(out[-1])
+            and _WORD_START.search(tokens[i + 1])
+        ):
+            out[-1] += "-" + tokens[i + 1]
+            i += 1
+        else:
+            out.append(token)
+        i += 1
+    return out
+
+
+def detokenize(tokens: Sequence[str], lang: str = "en") -> str:
+    """Turn a list of tokens back into ordinary text, the inverse of the spaCy tokenizer.
+
+    A model outputs tokens without the whitespace between them, so joining on spaces gives
+    ``"A man 's bike ."`` where the reference says ``"A man's bike."``; sacrebleu would then count
+    mismatches that are only spacing. We use the Moses detokenizer (``sacremoses``, the reference
+    rules of the Moses SMT toolkit: punctuation, quotes, brackets, clitics such as ``'s``) after
+    re-joining the two splits spaCy makes inside words (``n't`` and intra-word hyphens).
+
+    On Multi30k's 1,000 English test sentences, ``detokenize(word_splitter("en")(s)) == s`` holds for
+    more than 99% of them (checked in ``tests/test_evaluation.py``).
+
+    Args:
+        tokens: the tokens of one sentence, e.g. from :meth:`transformer_lib.vocab.Vocab.decode`.
+        lang: language code for Moses' language-specific rules (``"en"``, ``"de"``, ...).
+
+    Returns:
+        The sentence as a string.
+
+    Example:
+        >>> detokenize(["A", "man", "'s", "t", "-", "shirt", "is", "n't", "red", "."])
+        "A man's t-shirt isn't red."
+    """
+    if isinstance(tokens, str):
+        raise TypeError("detokenize expects a list of tokens, not a string; split it first or use it as is")
+    joined = _undo_spacy_splits(tokens)
+    # unescape=False: our tokens are plain text, not Moses' XML-escaped tokens (&amp; stays &amp;).
+    return _moses_detokenizer(lang).detokenize(joined, unescape=False)
+
+
+class WordTokenizer(Tokenizer):
+    """Words of one language (kind ``"words"``): spaCy's rules to split, :func:`detokenize` to join,
+    a :class:`~transformer_lib.vocab.Vocab` of the training words (rarer ones are ``<unk>``).
+
+    Example:
+        >>> words = WordTokenizer(Vocab.build([["Ein", "Mann", "."]]), "de")
+        >>> words.encode("Ein Mann läuft."), words.decode([5, 6, 1, 4])
+        ([5, 6, 1, 4], 'Ein Mann <unk>.')
+    """
+
+    kind = "words"
+
+    def __init__(self, vocab: Vocab, lang: str, lowercase: bool = False) -> None:
+        self.vocab, self.lang, self.lowercase = vocab, lang, lowercase
+
+    def tokenize(self, text: str) -> list[str]:
+        return word_splitter(self.lang)(text.lower() if self.lowercase else text)
+
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        return detokenize(tokens, self.lang)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "tokens": list(self.vocab.tokens), "lang": self.lang, "lowercase": self.lowercase}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> WordTokenizer:
+        return cls(Vocab(values["tokens"]), values["lang"], bool(values.get("lowercase", False)))
+
+
+class SymbolTokenizer(Tokenizer):
+    """Symbols separated by spaces, as the copy and reverse tasks write them (kind ``"symbols"``).
+
+    The alphabet is closed: a symbol outside the vocabulary is an error, not ``<unk>``.
+
+    Example:
+        >>> symbols = SymbolTokenizer(Vocab(["<pad>", "<unk>", "<bos>", "<eos>", "0", "1"]))
+        >>> symbols.encode("1 0 1"), symbols.decode([5, 5, 3])
+        ([5, 4, 5], '1 1')
+    """
+
+    kind = "symbols"
+
+    def __init__(self, vocab: Vocab) -> None:
+        self.vocab = vocab
+
+    def tokenize(self, text: str) -> list[str]:
+        symbols = text.split()
+        unknown = [symbol for symbol in symbols if symbol not in self.vocab]
+        if unknown:
+            known = " ".join(t for t in self.vocab.tokens if not t.startswith("<"))
+            raise ValueError(f"{len(unknown)} symbol(s) are not in the alphabet, e.g. {unknown[0]!r}; the symbols are {known}")
+        return symbols
+
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        return " ".join(tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "tokens": list(self.vocab.tokens)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> SymbolTokenizer:
+        return cls(Vocab(values["tokens"]))
+
+
+# Every kind of tokenizer by the name its dict records. A new kind is one class and one line here.
+TOKENIZERS: Mapping[str, type[Tokenizer]] = MappingProxyType({
+    "words": WordTokenizer,
+    "bpe": SubwordTokenizer,
+    "symbols": SymbolTokenizer,
+})
+
+
+def tokenizer_from_dict(values: Mapping[str, Any]) -> Tokenizer:
+    """The tokenizer a checkpoint's dict describes (see :meth:`Tokenizer.to_dict`).
+
+    Raises:
+        ValueError: not a dict, or its ``kind`` is not in :data:`TOKENIZERS`.
+    """
+    if not isinstance(values, Mapping):
+        raise ValueError(f"a tokenizer is stored as a dict, got {type(values).__name__}")
+    kind = values.get("kind")
+    if kind not in TOKENIZERS:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; this library knows {sorted(TOKENIZERS)}")
+    return TOKENIZERS[kind].from_dict(dict(values))

@@ -1,0 +1,138 @@
+"""Checking input where it enters the library: settings, and token ids where data are made.
+
+The library validates at its boundaries (configurations, command lines, the translator, the public
+decoding functions, the data pipeline) and nowhere else: a layer's forward pass trusts its input,
+because a check that reads a tensor's values (``.item()``, ``min()``, ``max()``, an ``if`` on a
+tensor) makes the CPU wait for the GPU, every step. Each check here raises a ``ValueError`` (a
+``TypeError`` for the wrong kind of object) whose message names the value, what it must be, and
+what it was. Checks that read only shapes and dtypes, never values, may also guard a layer where a
+mistake would otherwise pass silently (:func:`check_mask`: a mask that broadcasts the scores to a
+larger shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from math import isfinite
+
+import torch
+from torch import Tensor
+
+__all__ = ["check_int", "check_number", "check_choice", "check_token_ids", "check_mask", "check_bias"]
+
+
+def check_int(name: str, value: object, minimum: int = 1, *, optional: bool = False) -> None:
+    """``value`` is an integer (not a bool) of at least ``minimum``; or ``None`` when ``optional``.
+
+    Example:
+        >>> check_int("n_heads", 0)
+        Traceback (most recent call last):
+        ...
+        ValueError: n_heads must be an integer >= 1, got 0
+    """
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if optional else ''}, got {value!r}")
+
+
+def check_number(
+    name: str, value: object, low: float, high: float = float("inf"), *,
+    low_open: bool = False, high_open: bool = True, optional: bool = False,
+) -> None:
+    """``value`` is a finite real number in the interval from ``low`` to ``high`` (open or closed at
+    each end; by default ``[low, high)``); or ``None`` when ``optional``.
+
+    Example:
+        >>> check_number("dropout", 1.5, 0, 1)
+        Traceback (most recent call last):
+        ...
+        ValueError: dropout must be a finite number in [0, 1), got 1.5
+    """
+    if value is None and optional:
+        return
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and isfinite(value)
+    inside = number and (low < value if low_open else low <= value) and (value < high if high_open else value <= high)
+    if not inside:
+        raise ValueError(f"{name} must be a finite number in {interval}{' or None' if optional else ''}, got {value!r}")
+
+
+def check_choice(name: str, value: object, choices: Collection[object]) -> None:
+    """``value`` is one of ``choices``.
+
+    Example:
+        >>> check_choice("activation", "swish", ("relu", "gelu"))
+        Traceback (most recent call last):
+        ...
+        ValueError: activation must be one of ['relu', 'gelu'], got 'swish'
+    """
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def check_token_ids(tokens: Tensor, name: str = "token ids", vocab_size: int | None = None, *, batched: bool = False) -> None:
+    """Raise a clear error unless ``tokens`` is an integer tensor (``torch.long`` or ``int32``, the
+    dtypes ``nn.Embedding`` indexes with), of shape ``(B, L)`` when ``batched``, with every id in
+    ``[0, vocab_size)`` when ``vocab_size`` is given.
+
+    The range check reads the values (one synchronisation with a GPU): call it where data enter
+    (decoding functions, the translator), never inside a training or decoding step.
+    """
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    if tokens.dtype not in (torch.long, torch.int32):
+        # float or bool ids are no index; uint8 ids would wrap at 256
+        raise TypeError(f"{name} must hold integer token ids (torch.long or int32), got dtype {tokens.dtype}; convert with .long()")
+    if batched and tokens.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, L), got {tuple(tokens.shape)}")
+    if vocab_size is not None and tokens.numel():
+        low, high = (int(x) for x in torch.aminmax(tokens))
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name}: token id {bad} is outside the vocabulary [0, {vocab_size - 1}] (vocab_size={vocab_size})")
+
+
+def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
+    """Raise a clear error unless ``mask`` is boolean and broadcasts to ``scores_shape``
+    (``True`` = may attend, see :mod:`transformer_lib.masking`).
+
+    Broadcasting must not *enlarge* the scores: a ``(B, 1, 1, L)`` mask against ``(B, T, L)``
+    scores would silently produce ``(B, B, T, L)``, which is always a bug.
+    """
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be boolean with True = may attend, got dtype {mask.dtype}. "
+            "(Additive float masks are a different convention; build a boolean mask instead.)"
+        )
+    _check_broadcast("mask", mask, scores_shape)
+
+
+def check_bias(bias: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
+    """Raise a clear error unless ``bias`` is a float tensor that broadcasts to ``scores_shape``
+    without enlarging it (the rule of :func:`check_mask`, for additive biases).
+    """
+    if not isinstance(bias, Tensor) or not bias.is_floating_point():
+        kind = bias.dtype if isinstance(bias, Tensor) else type(bias).__name__
+        raise TypeError(
+            f"bias must be a floating-point tensor added to the scores, got {kind}; "
+            "a boolean tensor is a mask: pass it as mask="
+        )
+    _check_broadcast("bias", bias, scores_shape)
+
+
+def _check_broadcast(name: str, tensor: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
+    """``tensor`` broadcasts to ``scores_shape`` and leaves it as it is."""
+    scores_shape = tuple(scores_shape)
+    try:
+        broadcast = torch.broadcast_shapes(tensor.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(scores_shape):
+        raise ValueError(
+            f"{name} of shape {tuple(tensor.shape)} does not broadcast to the attention scores of shape "
+            f"{scores_shape} (batch..., queries, keys); each of its dimensions must be 1 or equal the "
+            "scores' size there"
+        )
