@@ -44,7 +44,7 @@ from transformer_lib.decoding import greedy_decode, next_token_logits
 from transformer_lib.embeddings import sinusoidal_table
 from transformer_lib.kv_cache import kv_cache
 from transformer_lib.masking import causal_mask, padding_mask, target_mask
-from transformer_lib.training import label_smoothed_cross_entropy
+from transformer_lib.losses import label_smoothed_cross_entropy
 
 # --- Second, independent implementations (written without the library) -----------------------------
 
@@ -117,14 +117,14 @@ def batches_by_tokens(sentences: list[str], tokenize: Callable[[str], list[str]]
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)][::-1]  # any batch order
 
 
-def cached_greedy(model: Any, src: Tensor, src_mask: Tensor, max_len: int, bos_id: int, eos_id: int,
+def cached_greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
                   pad_id: int) -> Tensor:
     """Greedy decoding with the cache, one row list at a time, stopping when all rows ended."""
     rows: list[list[int]] = [[] for _ in range(src.size(0))]
     with torch.no_grad(), kv_cache(model) as cache:
         memory = model.encode(src, src_mask)
         last = torch.full((src.size(0), 1), bos_id)
-        for _ in range(max_len):
+        for _ in range(max_new_tokens):
             chosen = next_token_logits(model, last, memory, src_mask, cache).argmax(-1)
             for row, token in zip(rows, chosen.tolist()):
                 row.append(pad_id if row and row[-1] in (eos_id, pad_id) else token)
@@ -134,8 +134,10 @@ def cached_greedy(model: Any, src: Tensor, src_mask: Tensor, max_len: int, bos_i
     return torch.tensor(rows)
 
 
-def library_greedy(model: Any, src: Tensor, src_mask: Tensor, max_len: int, bos_id: int, eos_id: int, pad_id: int) -> Tensor:
-    return greedy_decode(model, src, src_mask, max_len=max_len, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+def library_greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
+                   pad_id: int) -> Tensor:
+    return greedy_decode(model, src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id, eos_id=eos_id,
+                         pad_id=pad_id)
 
 
 RIGHT_ANSWERS: list[tuple[Callable[[Any], GradeReport], Any]] = [
@@ -253,13 +255,13 @@ class ForgetfulCache:
     length = 0
 
 
-def greedy(model: Any, src: Tensor, src_mask: Tensor, max_len: int, bos_id: int, eos_id: int, pad_id: int, *,
-           cache: bool = True, position_zero: bool = False, keep_finished: bool = True) -> Tensor:
+def greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
+           pad_id: int, *, cache: bool = True, position_zero: bool = False, keep_finished: bool = True) -> Tensor:
     tokens = torch.full((src.size(0), 1), bos_id)
     finished = torch.zeros(src.size(0), dtype=torch.bool)
     with torch.no_grad(), kv_cache(model) if cache else contextlib.nullcontext() as kv:
         memory = model.encode(src, src_mask)
-        for _ in range(max_len):
+        for _ in range(max_new_tokens):
             if not cache:
                 logits = next_token_logits(model, tokens, memory, src_mask)  # the whole prefix, every step
             else:

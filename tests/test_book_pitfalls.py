@@ -13,8 +13,8 @@ from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_att
 from transformer_lib.blocks import Residual
 from transformer_lib.book import pitfalls
 from transformer_lib.book.graders.training import length_batching_sentences
-from transformer_lib.checks import check_causal, check_deterministic, check_padding_invariance
 from transformer_lib.masking import causal_mask, padding_mask, target_mask
+from transformer_lib.properties import assert_causal, assert_deterministic, assert_padding_invariant
 
 TOKENS = torch.tensor([[5, 6, 7, 0, 0, 0], [4, 5, 6, 7, 8, 0]])  # (B, L), pad 0
 
@@ -35,8 +35,8 @@ def test_query_side_padding_mask_lets_real_tokens_attend_to_pads() -> None:
     assert on_pads > 0.5 * pads_share > 0.1
     x = torch.randn(2, 6, 8)
     with pytest.raises(AssertionError, match="padding leaks"):
-        check_padding_invariance(attend(buggy), x, real)
-    check_padding_invariance(attend(right), x, real)
+        assert_padding_invariant(attend(buggy), x, real)
+    assert_padding_invariant(attend(right), x, real)
 
 
 def test_padding_only_target_mask_lets_the_decoder_see_the_future() -> None:
@@ -48,8 +48,8 @@ def test_padding_only_target_mask_lets_the_decoder_see_the_future() -> None:
     assert pitfalls.weight_on_blocked_keys(pitfalls.self_attention_weights(TOKENS, right), causal_mask(6)) == 0.0
     x = torch.randn(2, 6, 8)
     with pytest.raises(AssertionError, match="not causal"):
-        check_causal(attend(buggy), x)
-    check_causal(attend(right), x)
+        assert_causal(attend(buggy), x)
+    assert_causal(attend(right), x)
 
 
 def test_unassigned_masked_fill_masks_nothing() -> None:
@@ -60,7 +60,7 @@ def test_unassigned_masked_fill_masks_nothing() -> None:
     assert torch.allclose(out, unmasked, atol=1e-6)
     assert pitfalls.weight_on_blocked_keys(weights, mask) > 0.2
     with pytest.raises(AssertionError, match="not causal"):
-        check_causal(lambda x: pitfalls.attention_unassigned_masked_fill(x, x, x, mask)[0], q)
+        assert_causal(lambda x: pitfalls.attention_unassigned_masked_fill(x, x, x, mask)[0], q)
 
 
 def test_flipped_mask_puts_all_the_weight_where_it_must_not() -> None:
@@ -83,8 +83,8 @@ def test_finite_fill_overflows_float16_fits_bfloat16_and_leaks_when_scores_drift
     x = 0.5 + torch.rand(1, 6, 8)
     leaky = lambda x: pitfalls.attention_with_finite_fill(-5000 * x, x, x, causal_mask(6)[0], fill=-1e4)[0]  # noqa: E731
     with pytest.raises(AssertionError, match="not causal"):
-        check_causal(leaky, x)
-    check_causal(lambda x: scaled_dot_product_attention(-5000 * x, x, x, causal_mask(6)[0])[0], x)
+        assert_causal(leaky, x)
+    assert_causal(lambda x: scaled_dot_product_attention(-5000 * x, x, x, causal_mask(6)[0])[0], x)
 
 
 def test_finite_fill_in_low_precision_reports_what_this_pytorch_does() -> None:
@@ -133,7 +133,7 @@ def test_dropout_built_in_forward_stays_on_in_eval() -> None:
     assert pitfalls.eval_mode_variation(buggy, x) > 0.01
     assert pitfalls.eval_mode_variation(MultiHeadAttention(16, 2, dropout=0.1), x) == 0.0
     with pytest.raises(AssertionError, match="not deterministic"):
-        check_deterministic(lambda x: buggy(x, x, x)[0], x)
+        assert_deterministic(lambda x: buggy(x, x, x)[0], x)
 
 
 def test_normalised_input_residual_loses_the_identity_path() -> None:

@@ -2,7 +2,7 @@
 
 A reader writes a function or a module in an empty cell and calls its grader, e.g.
 ``grade_attention(my_attention)``. The grader runs the same property checks that test the library
-(:mod:`transformer_lib.checks`) and compares with the library and with PyTorch on small inputs. It
+(:mod:`transformer_lib.properties`) and compares with the library and with PyTorch on small inputs. It
 answers with a :class:`GradeReport`: each property that passed, and for each that failed a stable
 identifier (the bug's name when the wrong output matches a known bug, e.g. ``"no_scaling"``), the
 smallest input that shows it, the right output and the reader's, and a hint. It never raises

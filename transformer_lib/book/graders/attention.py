@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lib.attention import MultiHeadAttention
-from transformer_lib.checks import check_deterministic, check_permutation_equivariant
+from transformer_lib.properties import assert_deterministic, assert_permutation_equivariant
 from transformer_lib.reference import torch_multihead_attention
 
 from .. import pitfalls
@@ -77,7 +77,7 @@ def grade_attention(fn: Callable[..., Any]) -> GradeReport:
     ``fn(query, key, value)`` with ``query (..., T, Dk)``, ``key (..., L, Dk)``, ``value (..., L, Dv)``
     must return ``softmax(query keyᵀ / √Dk) value`` ``(..., T, Dv)``, or a tuple ``(output, weights)``.
     Checked against ``F.scaled_dot_product_attention`` on cases from one query to batches of heads,
-    for float64 inputs, and for permutation equivariance (:mod:`transformer_lib.checks`).
+    for float64 inputs, and for permutation equivariance (:mod:`transformer_lib.properties`).
 
     Example:
         >>> from transformer_lib.attention import scaled_dot_product_attention
@@ -135,7 +135,7 @@ def grade_attention(fn: Callable[..., Any]) -> GradeReport:
         x = inputs(2, 5, 4, seed=7)
         example = fmt_inputs(x=x) + "\n(self-attention: query = key = value = x)"
         self_attention = lambda x: as_output(call(fn, x, x, x, what="your attention"), "your attention")[0]  # noqa: E731
-        property_check("permutation_equivariance", lambda: check_permutation_equivariant(self_attention, x),
+        property_check("permutation_equivariance", lambda: assert_permutation_equivariant(self_attention, x),
                        example=example, hint="attention must treat its keys as a set: no position may be special")
 
     with grading:
@@ -147,7 +147,7 @@ def grade_attention(fn: Callable[..., Any]) -> GradeReport:
                           weights_are_a_distribution)
         grading.check("keeps the dtype: float64 in, float64 out", keeps_float64)
         grading.check("permutation-equivariant: shuffled tokens give shuffled outputs "
-                      "(transformer_lib.checks)", permutation_equivariant)
+                      "(transformer_lib.properties)", permutation_equivariant)
     return grading.report
 
 
@@ -256,7 +256,7 @@ def grade_multi_head_attention(layer_class: Callable[[int, int], nn.Module], d_m
         state["projections"] = projections
 
     def deterministic() -> None:
-        property_check("dropout_in_eval", lambda: check_deterministic(lambda x: forward(state["module"], x, x), x),
+        property_check("dropout_in_eval", lambda: assert_deterministic(lambda x: forward(state["module"], x, x), x),
                        example=example)
 
     def matches_reference() -> None:
@@ -276,7 +276,7 @@ def grade_multi_head_attention(layer_class: Callable[[int, int], nn.Module], d_m
 
     def permutation_equivariant() -> None:
         property_check("permutation_equivariance",
-                       lambda: check_permutation_equivariant(lambda x: forward(state["module"], x, x), x),
+                       lambda: assert_permutation_equivariant(lambda x: forward(state["module"], x, x), x),
                        example=example, hint="a reshape that mixes positions into heads breaks it (chapter 1)")
 
     with grading:
@@ -289,6 +289,6 @@ def grade_multi_head_attention(layer_class: Callable[[int, int], nn.Module], d_m
                           matches_reference)
         else:
             grading.skip("the comparison with nn.MultiheadAttention, which needs its four projections")
-        grading.check("permutation-equivariant (transformer_lib.checks)", permutation_equivariant)
+        grading.check("permutation-equivariant (transformer_lib.properties)", permutation_equivariant)
     return grading.report
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lib.blocks import Residual
-from transformer_lib.checks import check_deterministic
+from transformer_lib.properties import assert_deterministic
 
 from .report import (
     Case, GradeReport, Grading, KnownBug, Problem, call, expect_cases_close, expect_close, expect_shape, fmt_inputs,
@@ -124,7 +124,7 @@ def _grade_residual(module_class: Callable[..., nn.Module], norm_first: bool) ->
     def dropout_checks() -> None:
         module = build(D, 0.5)
         example = _example(x, W, "f(h) = h Wᵀ") + "\ndropout = 0.5"
-        property_check("dropout_in_eval", lambda: check_deterministic(lambda x: run(module, "f(h) = h Wᵀ", x), x),
+        property_check("dropout_in_eval", lambda: assert_deterministic(lambda x: run(module, "f(h) = h Wᵀ", x), x),
                        example=example)
         module.train()
         with torch.random.fork_rng(devices=[]):

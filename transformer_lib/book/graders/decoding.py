@@ -15,16 +15,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from transformer_lib.config import TransformerConfig
 from transformer_lib.decoding import greedy_decode
 from transformer_lib.masking import padding_mask
-from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.model import Transformer
 
 from .report import Case, GradeReport, Grading, KnownBug, Problem, call, expect_cases_close, fmt_inputs
 
 __all__ = ["grade_greedy_decode"]
 
 PAD, BOS = 0, 1
-MAX_LEN = 6
+MAX_NEW_TOKENS = 6
 SOURCE = [[4, 5, 6, 7], [8, 4, 5, 0], [6, 6, 0, 0]]
 
 
@@ -53,22 +54,22 @@ class _RecordingTransformer(Transformer):
 @functools.cache
 def _scenario() -> tuple[int, int, Tensor, Tensor]:
     """A seed for a small untrained model and an ``<eos>`` id, chosen so that the batch's greedy
-    outputs end at different steps (one row ends early, one runs to ``MAX_LEN``); with greedy
-    decoding's outputs with that ``<eos>`` and without any, both ``(B, MAX_LEN)``."""
+    outputs end at different steps (one row ends early, one runs to ``MAX_NEW_TOKENS``); with greedy
+    decoding's outputs with that ``<eos>`` and without any, both ``(B, MAX_NEW_TOKENS)``."""
     src = torch.tensor(SOURCE)
     src_mask = padding_mask(src, PAD)
     for seed in range(200):
         model = _model(seed)
-        free = greedy_decode(model, src, src_mask, max_len=MAX_LEN, bos_id=BOS, eos_id=None, pad_id=PAD,
-                             use_cache=False)  # (B, MAX_LEN), no end token
+        free = greedy_decode(model, src, src_mask, max_new_tokens=MAX_NEW_TOKENS, bos_id=BOS, eos_id=None,
+                             pad_id=PAD, use_cache=False)  # (B, MAX_NEW_TOKENS), no end token
         if bool((free <= BOS).any()):
             continue  # no generated pad or <bos>: the printed outputs stay readable
         for eos in range(BOS + 1, model.config.tgt_vocab_size):
             ends = [(row == eos).nonzero() for row in free]
             first = [int(e[0]) if len(e) else None for e in ends]
-            if None in first and any(f is not None and 1 <= f <= MAX_LEN - 3 for f in first):
-                ref = greedy_decode(model, src, src_mask, max_len=MAX_LEN, bos_id=BOS, eos_id=eos, pad_id=PAD,
-                                    use_cache=False)
+            if None in first and any(f is not None and 1 <= f <= MAX_NEW_TOKENS - 3 for f in first):
+                ref = greedy_decode(model, src, src_mask, max_new_tokens=MAX_NEW_TOKENS, bos_id=BOS, eos_id=eos,
+                                    pad_id=PAD, use_cache=False)
                 return seed, eos, ref, free
     raise RuntimeError("no seed gave a batch whose outputs end at different steps")  # never on a working install
 
@@ -100,16 +101,16 @@ def _decoding_bugs(ref: Tensor, free: Tensor, eos: int) -> list[KnownBug]:
 def grade_greedy_decode(fn: Callable[..., Any]) -> GradeReport:
     """Grade the reader's greedy decoding with a key/value cache.
 
-    ``fn(model, src, src_mask, max_len, bos_id, eos_id, pad_id)`` must return the generated tokens
-    ``(B, T)``, ``T <= max_len``, as :func:`transformer_lib.decoding.greedy_decode` does: no
+    ``fn(model, src, src_mask, max_new_tokens, bos_id, eos_id, pad_id)`` must return the generated tokens
+    ``(B, T)``, ``T <= max_new_tokens``, as :func:`transformer_lib.decoding.greedy_decode` does: no
     ``<bos>``, each row ending with its ``<eos>`` and padded with ``pad_id`` after it, stopping when
     every row has ended. It must run the encoder once, and decode inside
     ``transformer_lib.kv_cache.kv_cache(model)`` feeding only the newest token at each step, at its
     own position (``start = cache.length``, which ``next_token_logits`` does for you).
 
     Example:
-        >>> grade_greedy_decode(lambda model, src, src_mask, max_len, bos_id, eos_id, pad_id: greedy_decode(
-        ...     model, src, src_mask, max_len=max_len, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)).passed
+        >>> grade_greedy_decode(lambda model, src, src_mask, max_new_tokens, bos_id, eos_id, pad_id: greedy_decode(
+        ...     model, src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)).passed
         True
     """
     grading = Grading("Greedy decoding with a key/value cache")
@@ -117,7 +118,7 @@ def grade_greedy_decode(fn: Callable[..., Any]) -> GradeReport:
     model = _model(seed)
     src = torch.tensor(SOURCE)
     src_mask = padding_mask(src, PAD)
-    example = (fmt_inputs(src=src) + f"\nsrc_mask = padding_mask(src, {PAD}), max_len = {MAX_LEN}\n"
+    example = (fmt_inputs(src=src) + f"\nsrc_mask = padding_mask(src, {PAD}), max_new_tokens = {MAX_NEW_TOKENS}\n"
                f"bos_id = {BOS}, eos_id = {eos}, pad_id = {PAD}\n"
                "model: an untrained Transformer (d_model 16, 2 decoder layers, 9 tokens)")
     state: dict[str, Tensor] = {}
@@ -125,7 +126,7 @@ def grade_greedy_decode(fn: Callable[..., Any]) -> GradeReport:
     def runs() -> None:
         model.calls.clear()
         try:
-            out = call(fn, model, src.clone(), src_mask.clone(), MAX_LEN, BOS, eos, PAD, what="your decoding",
+            out = call(fn, model, src.clone(), src_mask.clone(), MAX_NEW_TOKENS, BOS, eos, PAD, what="your decoding",
                        example=example)
         except Problem as problem:
             fed = [n for kind, n, _, cached in model.calls if kind == "decode" and cached]

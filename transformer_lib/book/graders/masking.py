@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib.attention import scaled_dot_product_attention
-from transformer_lib.checks import check_causal, check_padding_invariance
-from transformer_lib.masking import causal_mask, check_mask, padding_mask, target_mask
+from transformer_lib.masking import causal_mask, padding_mask, target_mask
+from transformer_lib.properties import assert_causal, assert_padding_invariant
+from transformer_lib.validation import check_mask
 
 from .. import pitfalls
 from .report import (
@@ -135,7 +136,7 @@ def grade_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
     ``fn(tokens, pad_id)`` with ``tokens`` ``(B, L)`` must return a boolean mask that broadcasts to
     the scores ``(B, H, L, L)``, ``True`` where the *key* is a real token: ``(B, 1, 1, L)``. Checked:
     dtype and shape, equality with :func:`transformer_lib.masking.padding_mask` as attention sees it,
-    and the padding-invariance check of :mod:`transformer_lib.checks` through the library's attention.
+    and the padding-invariance check of :mod:`transformer_lib.properties` through the library's attention.
 
     Example:
         >>> grade_padding_mask(padding_mask).passed
@@ -153,7 +154,7 @@ def grade_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
         tokens, pad, mask, example = cases.case(len(PADDING_CASES) - 1)
         x = inputs(*tokens.shape, 4, seed=3)
         property_check("padding_invariance",
-                       lambda: check_padding_invariance(_attention_through(mask), x, tokens != pad),
+                       lambda: assert_padding_invariant(_attention_through(mask), x, tokens != pad),
                        example=example + "\n" + fmt_inputs(x=x),
                        hint="with the mask, real tokens must not read anything from pads")
 
@@ -161,7 +162,7 @@ def grade_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
         grading.check("returns a boolean mask that broadcasts to the scores (B, H, L, L)", cases.dtype_and_shape,
                       gate=True)
         grading.check("equals padding_mask as attention sees it, for every pad_id", matches_reference)
-        grading.check("attention under it ignores what the pads hold (padding invariance, transformer_lib.checks)",
+        grading.check("attention under it ignores what the pads hold (padding invariance, transformer_lib.properties)",
                       padding_invariant)
     return grading.report
 
@@ -191,7 +192,7 @@ def grade_causal_mask(fn: Callable[[int], Tensor]) -> GradeReport:
     ``fn(n)`` must return a boolean mask broadcastable to ``(..., n, n)``, ``True`` where key ``j``
     is at or before query ``i``. Checked: dtype and shape, equality with
     :func:`transformer_lib.masking.causal_mask` for ``n`` from 1, and the causality check of
-    :mod:`transformer_lib.checks` through the library's attention.
+    :mod:`transformer_lib.properties` through the library's attention.
 
     Example:
         >>> grade_causal_mask(causal_mask).passed
@@ -220,14 +221,14 @@ def grade_causal_mask(fn: Callable[[int], Tensor]) -> GradeReport:
     def causal() -> None:
         mask, example = mask_of(5)
         x = inputs(2, 5, 4, seed=5)
-        property_check("causality", lambda: check_causal(_attention_through(mask), x),
+        property_check("causality", lambda: assert_causal(_attention_through(mask), x),
                        example=example + "\n" + fmt_inputs(x=x),
                        hint="changing tokens after position t must not change outputs up to t")
 
     with grading:
         grading.check("returns a boolean mask that broadcasts to (..., n, n)", dtype_and_shape, gate=True)
         grading.check("equals causal_mask for n = 1, 2, 3, 5", matches_reference)
-        grading.check("attention under it is causal (transformer_lib.checks)", causal)
+        grading.check("attention under it is causal (transformer_lib.properties)", causal)
     return grading.report
 
 
@@ -262,7 +263,7 @@ def grade_target_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
     broadcastable to ``(B, H, T, T)`` that lets query ``i`` see key ``j`` when ``j <= i`` and key
     ``j`` is not a pad: :func:`transformer_lib.masking.target_mask`. Checked: dtype and shape,
     equality (right- and left-padded batches, a pad id other than 0), causality and padding
-    invariance (:mod:`transformer_lib.checks`).
+    invariance (:mod:`transformer_lib.properties`).
 
     Example:
         >>> grade_target_mask(target_mask).passed
@@ -280,16 +281,16 @@ def grade_target_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
             tgt, pad, mask, example = cases.case(index)
             x = inputs(*tgt.shape, 4, seed=index)
             example += "\n" + fmt_inputs(x=x)
-            property_check("causality", lambda: check_causal(_attention_through(mask), x), example=example,
+            property_check("causality", lambda: assert_causal(_attention_through(mask), x), example=example,
                            hint="changing tokens after position t must not change outputs up to t")
             property_check("padding_invariance",
-                           lambda: check_padding_invariance(_attention_through(mask), x, tgt != pad), example=example,
+                           lambda: assert_padding_invariant(_attention_through(mask), x, tgt != pad), example=example,
                            hint="with the mask, real tokens must not read anything from pads")
 
     with grading:
         grading.check("returns a boolean mask that broadcasts to (B, H, T, T)", cases.dtype_and_shape, gate=True)
         grading.check("equals target_mask (padding AND causal), right- and left-padded", matches_reference)
-        grading.check("attention under it is causal and ignores the pads (transformer_lib.checks)",
+        grading.check("attention under it is causal and ignores the pads (transformer_lib.properties)",
                       causal_and_padding_invariant)
     return grading.report
 
@@ -343,7 +344,7 @@ def grade_masked_attention(fn: Callable[..., Any]) -> GradeReport:
     ``fn(query, key, value, mask=None)``, ``mask`` boolean with ``True`` = may attend, broadcastable
     to ``(..., T, L)``, must return the masked attention ``(..., T, Dv)`` (or ``(output, weights)``).
     Checked: equality with ``F.scaled_dot_product_attention`` for ``(T, L)``, causal and padding
-    masks and none; causality and padding invariance (:mod:`transformer_lib.checks`); float16 inputs
+    masks and none; causality and padding invariance (:mod:`transformer_lib.properties`); float16 inputs
     (where a ``-1e9`` fill overflows); and real scores far below zero (where a finite fill lets the
     future leak, minGPT#75).
 
@@ -407,7 +408,7 @@ def grade_masked_attention(fn: Callable[..., Any]) -> GradeReport:
         example = (f"query = {scale:g} · x, key = value = x, causal mask (T = {T}): the real scores are "
                    f"about {scale * float((x[0] * x[0]).sum(-1).mean()) / 8 ** 0.5:,.0f}\n" + fmt_inputs(x=x))
         property_check("finite_fill_leaks",
-                       lambda: check_causal(lambda x: output(scale * x, x, x, mask, example, finite=True), x),
+                       lambda: assert_causal(lambda x: output(scale * x, x, x, mask, example, finite=True), x),
                        example=example,
                        hint="a finite fill is only 'very negative' relative to the real scores: when they drift "
                             "below it, the masked future gets the most weight. Fill with float('-inf')")
@@ -415,22 +416,22 @@ def grade_masked_attention(fn: Callable[..., Any]) -> GradeReport:
     def causal() -> None:
         x = inputs(2, 5, 4, seed=8)
         mask = causal_mask(5)[0]
-        property_check("causality", lambda: check_causal(lambda x: output(x, x, x, mask, "", finite=True), x),
+        property_check("causality", lambda: assert_causal(lambda x: output(x, x, x, mask, "", finite=True), x),
                        example=fmt_inputs(x=x, mask=mask) + "\n(self-attention: query = key = value = x)")
 
     def padding_invariant() -> None:
         tokens = torch.tensor([[5, 6, 0, 0, 0], [5, 6, 7, 8, 0]])
         x, mask = inputs(2, 5, 4, seed=9), padding_mask(tokens, 0)
         attend = lambda x: output(x[:, None], x[:, None], x[:, None], mask, "", finite=True)[:, 0]  # noqa: E731
-        property_check("padding_invariance", lambda: check_padding_invariance(attend, x, tokens != 0),
+        property_check("padding_invariance", lambda: assert_padding_invariant(attend, x, tokens != 0),
                        example=fmt_inputs(x=x, mask=mask) + "\n(self-attention with a head dimension: x[:, None])")
 
     with grading:
         grading.check("runs with a mask", runs, gate=True)
         grading.check("equals F.scaled_dot_product_attention with (T, L), causal and padding masks, "
                       "and without a mask", matches_reference)
-        grading.check("causal under causal_mask (transformer_lib.checks)", causal)
-        grading.check("ignores what the pads hold under padding_mask (transformer_lib.checks)", padding_invariant)
+        grading.check("causal under causal_mask (transformer_lib.properties)", causal)
+        grading.check("ignores what the pads hold under padding_mask (transformer_lib.properties)", padding_invariant)
         grading.check("works in float16 (mixed precision): no overflow, same answer", half_precision)
         grading.check("stays causal when the real scores are near -14,000 (no finite fill to leak past)",
                       extreme_scores)

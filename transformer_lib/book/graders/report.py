@@ -388,7 +388,7 @@ def inputs(*shape: int, seed: int, dtype: torch.dtype = torch.float32, low: int 
 
 
 def property_check(check: str, run: Callable[[], None], *, example: str, hint: str = "") -> None:
-    """Run a property check of :mod:`transformer_lib.checks` (the library's own tests use them); its
+    """Run a property check of :mod:`transformer_lib.properties` (the library's own tests use them); its
     ``AssertionError`` becomes a :class:`Problem` named ``check``, or ``"dropout_in_eval"`` when the
     code is random in evaluation mode."""
     try:

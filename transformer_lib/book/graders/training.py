@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib.batching import padding_waste
-from transformer_lib.training import annotated_smoothed_targets, smoothed_target_distribution
+from transformer_lib.losses import annotated_smoothed_targets, smoothed_target_distribution
 
 from .. import pitfalls
 from .report import (
@@ -102,7 +102,7 @@ def grade_label_smoothed_loss(fn: Callable[..., Any]) -> GradeReport:
     its gradient is PyTorch's; and that extra padding changes nothing.
 
     Example:
-        >>> from transformer_lib.training import label_smoothed_cross_entropy
+        >>> from transformer_lib.losses import label_smoothed_cross_entropy
         >>> grade_label_smoothed_loss(label_smoothed_cross_entropy).passed
         True
     """
