@@ -15,6 +15,7 @@ README's table says what each holds and names its tests):
     subword               BPE subwords                chapter 3
     tokenizers            words, symbols, all kinds   chapter 3
     embeddings            embeddings and positions    chapter 3 (RoPE...: 7)
+    normalization         LayerNorm, RMSNorm          chapter 4 (RMSNorm, QK-norm: 7)
     positional_attention  positions inside attention  chapter 7
     positions             the positional schemes      chapter 3, 7
     dropout               dropout, faster on CPU      chapter 4
