@@ -13,9 +13,11 @@ import torch
 from errors import raises
 
 from transformer_lib.attention import MultiHeadAttention
+import dataclasses
+
 from transformer_lib.config import TransformerConfig
 from transformer_lib.decoding import greedy_decode
-from transformer_lib.kv_cache import CachedCrossAttention, CachedSelfAttention, kv_cache
+from transformer_lib.kv_cache import CacheBytes, CachedCrossAttention, CachedSelfAttention, kv_cache, kv_cache_bytes_per_token
 from transformer_lib.masking import causal_mask
 from transformer_lib.model import DecoderOnlyTransformer, Transformer
 
@@ -133,3 +135,19 @@ def test_cached_decoding_equals_recomputing_with_each_modern_option(option: str,
     # norms keep values at the output's scale (as in test_model's reordering_atol, Higham 2002).
     atol = 2 * 2 * 256 * 2.0**-24 * float(full.abs().max())
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_kv_cache_bytes_per_token_is_layers_times_kv_heads_times_head_width(n_kv_heads: int) -> None:
+    """Measured from the cached tensors: 2 (keys and values) * layers * Hkv * Dh * bytes per token,
+    so multi-query attention keeps n_heads times less than multi-head attention."""
+    config = TransformerConfig.from_preset("tiny", src_vocab_size=9, tgt_vocab_size=9, n_kv_heads=n_kv_heads,
+                                           n_decoder_layers=3)
+    head_width = config.d_model // config.n_heads
+    expected = 2 * 3 * n_kv_heads * head_width * 4
+    assert kv_cache_bytes_per_token(config) == CacheBytes(expected, expected)
+    assert kv_cache_bytes_per_token(config, torch.bfloat16) == CacheBytes(expected // 2, expected // 2)
+    decoder_only = TransformerConfig.decoder_only("tiny", vocab_size=9, n_kv_heads=n_kv_heads, n_decoder_layers=3)
+    assert kv_cache_bytes_per_token(decoder_only) == CacheBytes(expected, 0), "no encoder, no cross-attention"
+    multi_head = kv_cache_bytes_per_token(dataclasses.replace(config, n_kv_heads=None)).per_target_token
+    assert multi_head == expected * config.n_heads // n_kv_heads
