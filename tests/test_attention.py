@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_lib.masking import causal_mask, padding_mask, to_torch_blocked
+from transformer_lib.normalization import NORMS
 from transformer_lib.reference import torch_multihead_attention
 
 # Two float32 evaluations that differ only in the order of additions (ours vs PyTorch's kernels)
@@ -270,3 +271,59 @@ def test_grouped_heads_must_divide_the_query_heads() -> None:
         MultiHeadAttention(16, 4, n_kv_heads=0)
     with raises(ValueError, "n_kv_heads=2"):
         torch_multihead_attention(MultiHeadAttention(16, 4, n_kv_heads=2))
+
+
+@pytest.mark.parametrize("norm", sorted(NORMS))
+@pytest.mark.parametrize("n_kv_heads", [4, 2])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_qk_norm_normalises_queries_and_keys_before_attention(norm: str, n_kv_heads: int, need_weights: bool) -> None:
+    """QK-norm = each head's queries and keys normalised over Dk (with their own learned gains), then
+    F.scaled_dot_product_attention as usual; written out here from the projections' weights."""
+    torch.manual_seed(0)
+    B, T, L, D, H = 2, 5, 6, 16, 4
+    mha = MultiHeadAttention(D, H, n_kv_heads=n_kv_heads, qk_norm=NORMS[norm]).eval()
+    assert mha.query_norm is not mha.key_norm
+    with torch.no_grad():
+        for p in [*mha.query_norm.parameters(), *mha.key_norm.parameters()]:
+            p.normal_(1.0, 0.5)
+    x, memory = torch.randn(B, T, D), torch.randn(B, L, D)
+    mask = torch.rand(B, 1, T, L) < 0.8
+    mask[..., 0] = True  # every query sees a key
+
+    def normalised(h: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
+        if norm == "rmsnorm":
+            return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + module.eps) * module.weight
+        return F.layer_norm(h, (h.size(-1),), module.weight, module.bias, module.eps)
+
+    q = normalised(mha.q_proj(x).view(B, T, H, -1).transpose(1, 2), mha.query_norm)  # (B, H, T, Dk)
+    k = normalised(mha.k_proj(memory).view(B, L, n_kv_heads, -1).transpose(1, 2), mha.key_norm)  # (B, Hkv, L, Dk)
+    v = mha.v_proj(memory).view(B, L, n_kv_heads, -1).transpose(1, 2)  # (B, Hkv, L, Dv)
+    group = H // n_kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, L, ...)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, Dv)
+    expected = mha.out_proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+    ours, _ = mha(x, memory, memory, mask=mask, need_weights=need_weights)
+    torch.testing.assert_close(ours, expected, atol=ATOL, rtol=0)
+    plain = MultiHeadAttention(D, H, n_kv_heads=n_kv_heads).eval()
+    plain.load_state_dict({k: v for k, v in mha.state_dict().items() if "_norm." not in k})
+    assert not torch.allclose(plain(x, memory, memory, mask=mask)[0], ours, atol=1e-3), "the norm changes the output"
+
+
+def test_qk_norm_bounds_the_scores_however_large_the_projections_grow() -> None:
+    """The point of QK-norm (Dehghani et al. 2023): a query/key projection scaled up does not change the
+    attention, so its logits cannot grow without bound; without it the softmax saturates."""
+    torch.manual_seed(1)
+    x = torch.randn(2, 5, 16)
+    for qk_norm, changes in [(NORMS["rmsnorm"], False), (None, True)]:
+        mha = MultiHeadAttention(16, 4, qk_norm=qk_norm, bias=False).eval()
+        before = mha(x, x, x)[0]
+        with torch.no_grad():
+            mha.q_proj.weight.mul_(64.0)  # a power of two: exact
+            mha.k_proj.weight.mul_(64.0)
+        after = mha(x, x, x)[0]
+        assert (not torch.allclose(before, after, atol=1e-3)) == changes
+
+
+def test_torch_reference_refuses_qk_norm() -> None:
+    with raises(ValueError, "QK-norm"):
+        torch_multihead_attention(MultiHeadAttention(8, 2, qk_norm=NORMS["layernorm"]))

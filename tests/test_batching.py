@@ -8,7 +8,9 @@ import pytest
 import torch
 from errors import raises
 
-from transformer_lib.batching import BucketBatchSampler, TranslationData, collate, make_loader, padding_waste
+from transformer_lib.batching import (
+    BucketBatchSampler, TokenBatchSampler, TranslationData, collate, make_loader, padding_waste,
+)
 from transformer_lib.multi30k import load_multi30k
 from transformer_lib.toy_tasks import toy_task
 from transformer_lib.tokenizers import word_splitter
@@ -76,6 +78,10 @@ def test_make_loader_batches_cover_the_data_and_leave_the_global_rng_alone() -> 
 @pytest.mark.parametrize(("call", "named"), [
     (lambda: BucketBatchSampler([1, 2], 0), ["batch_size", 0]),
     (lambda: BucketBatchSampler([], 4), ["lengths"]),
+    (lambda: TokenBatchSampler([3, 9, 4], max_tokens=8), ["max_tokens=8", "example 1", 9]),
+    (lambda: TokenBatchSampler([3, 4, 4], max_tokens=6, num_replicas=2), ["max_tokens=6", "num_replicas=2", 8]),
+    (lambda: TokenBatchSampler([3], max_tokens=0), ["max_tokens", 0]),
+    (lambda: make_loader(TranslationData([[4]], [[5]]), 4, max_tokens=100), ["batch_size=4", "max_tokens=100"]),
     (lambda: TranslationData([[1]], []), [1, 0]),
     (lambda: collate([]), []),
     (lambda: TranslationData([[4, 5]], [[9]]).check_ids(6, 8), ["tgt", 9, "[0, 7]"]),
@@ -94,3 +100,63 @@ def test_translation_data_dict_round_trip() -> None:
     original = TranslationData([[4, 5], [], [6]], [[7], [8, 9, 10], []])
     restored = TranslationData.from_dict(original.to_dict())
     assert restored.src == original.src and restored.tgt == original.tgt
+
+
+# --- batches by a token budget ---------------------------------------------------------------------
+
+
+def _lengths(n: int = 300, seed: int = 0) -> list[int]:
+    return torch.randint(1, 40, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.mark.parametrize("max_tokens", [40, 97, 400])
+def test_token_batches_keep_the_budget_cover_every_example_once_and_fill_up(max_tokens: int) -> None:
+    lengths = _lengths()
+    sampler = TokenBatchSampler(lengths, max_tokens, seed=3)
+    batches = sampler.batches()
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    padded = [len(b) * max(lengths[i] for i in b) for b in batches]
+    assert max(padded) <= max_tokens
+    # Full: the next batch's shortest example would not have fitted into each batch (cut in length order).
+    by_length = TokenBatchSampler(lengths, max_tokens, seed=3, shuffle=False).batches()
+    assert sorted(by_length) == sorted(batches)
+    for batch, following in zip(by_length, by_length[1:]):
+        assert (len(batch) + 1) * min(lengths[i] for i in following) > max_tokens
+    # Short sentences come many to a batch, long ones few: the count follows the budget, not a size.
+    sizes = {max(lengths[i] for i in b): len(b) for b in batches}
+    assert sizes[min(sizes)] > sizes[max(sizes)]
+
+
+def test_token_batches_are_fixed_their_order_shuffled_per_epoch_and_reproducible() -> None:
+    lengths = _lengths()
+    sampler = TokenBatchSampler(lengths, 120, seed=1)
+    first = sampler.batches()
+    sampler.set_epoch(1)
+    second = sampler.batches()
+    assert first != second and sorted(first) == sorted(second), "the same batches in another order"
+    assert len(sampler) == len(first) == len(second)
+    assert TokenBatchSampler(lengths, 120, seed=1).batches() == first
+    in_order = TokenBatchSampler(lengths, 120, shuffle=False).batches()
+    longest = [max(lengths[i] for i in b) for b in in_order]
+    assert longest == sorted(longest), "without shuffling: shortest first, for evaluation"
+
+
+@pytest.mark.parametrize("num_replicas", [2, 3])
+def test_token_batches_are_sliced_across_processes(num_replicas: int) -> None:
+    lengths = _lengths(101)
+    samplers = [TokenBatchSampler(lengths, 150, seed=2, num_replicas=num_replicas, rank=r) for r in range(num_replicas)]
+    global_batches = samplers[0].global_batches()
+    assert all(len(b) >= num_replicas for b in global_batches), "every process gets an example of every batch"
+    slices = [s.batches() for s in samplers]
+    assert all(len(own) == len(global_batches) for own in slices)
+    for i, batch in enumerate(global_batches):
+        assert sorted(x for own in slices for x in own[i]) == sorted(batch)
+
+
+def test_make_loader_by_tokens_counts_the_padded_longer_side() -> None:
+    train, _ = toy_task("copy", 200, 0, longest=8)
+    loader = make_loader(train, max_tokens=64, seed=0)
+    batches = list(loader)
+    assert sum(len(b) for b in batches) == 200 and len(batches) == len(loader)
+    assert all(b.src.numel() <= 64 and b.tgt_in.numel() <= 64 for b in batches)
+    assert max(b.tgt_in.numel() for b in batches) > 64 - 9, "filled up to within one example of the budget"

@@ -10,8 +10,9 @@ from torch import nn
 from types import SimpleNamespace
 
 from transformer_lib.attention import MultiHeadAttention
-from transformer_lib.blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, Residual
+from transformer_lib.blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, GatedFeedForward, Residual
 from transformer_lib.kv_cache import kv_cache
+from transformer_lib.normalization import RMSNorm
 from transformer_lib.masking import causal_mask, padding_mask, target_mask, to_torch_blocked
 from transformer_lib.reference import torch_decoder_layer, torch_encoder_layer
 
@@ -123,3 +124,29 @@ def test_decoder_cache_steps_equal_the_full_pass() -> None:
 def test_unknown_activation_is_named() -> None:
     with raises(ValueError, "'swish'"):
         FeedForward(4, 8, activation="swish")
+
+
+@pytest.mark.parametrize("shape", [(3, 8), (2, 5, 8)])
+def test_swiglu_feed_forward_is_the_formula(shape: tuple[int, ...]) -> None:
+    """SwiGLU (Shazeer 2020): W2 (Swish(Wg x) * W1 x), Swish(z) = z sigmoid(z), no biases; computed
+    directly in float64 from the module's own matrices."""
+    torch.manual_seed(0)
+    ff = GatedFeedForward(8, 12, activation="swiglu").double().eval()
+    x = torch.randn(shape, dtype=torch.float64)
+    W1, Wg, W2 = ff.linear1.weight, ff.linear_gate.weight, ff.linear2.weight
+    gate = x @ Wg.T
+    expected = ((gate * torch.sigmoid(gate)) * (x @ W1.T)) @ W2.T
+    torch.testing.assert_close(ff(x), expected, atol=1e-12, rtol=0)
+    assert sum(p.numel() for p in ff.parameters()) == 3 * 8 * 12, "three matrices, no biases"
+    with raises(ValueError, "'relu'"):
+        GatedFeedForward(8, 12, activation="relu")  # an ungated activation is FeedForward's
+
+
+def test_layers_take_the_norm_they_are_given() -> None:
+    layer = DecoderLayer(8, MultiHeadAttention(8, 2), MultiHeadAttention(8, 2), FeedForward(8, 16), norm=RMSNorm)
+    residuals = [layer.self_attn_residual, layer.cross_attn_residual, layer.ff_residual]
+    assert all(type(r.norm) is RMSNorm for r in residuals)
+    with raises(ValueError, "RMSNorm"):
+        torch_decoder_layer(layer)  # nn.TransformerDecoderLayer has LayerNorm only
+    with raises(ValueError, "GatedFeedForward"):
+        torch_encoder_layer(EncoderLayer(8, MultiHeadAttention(8, 2), GatedFeedForward(8, 16)))

@@ -131,11 +131,12 @@ def _model(dropout: float) -> Transformer:
     return Transformer(config).double()  # float64: what differs between runs is rounding only
 
 
-def _trainer(folder: Path | None, world_size: int, rank: int, max_steps: int, dropout: float) -> Trainer:
+def _trainer(folder: Path | None, world_size: int, rank: int, max_steps: int, dropout: float,
+             batches_per_update: int = 1) -> Trainer:
     train_data, heldout = toy_task("reverse", 64, 24, n_symbols=8, longest=7, seed=1)
     shard = dict(num_replicas=world_size, rank=rank)
     config = TrainConfig(epochs=None, max_steps=max_steps, schedule="constant", lr=3e-3, warmup_steps=2,
-                         log_every=1, eval_every=2, progress=False)
+                         log_every=1, eval_every=2, progress=False, batches_per_update=batches_per_update)
     return Trainer(
         _model(dropout), make_loader(train_data, 16, seed=5, **shard), config,
         val_loader=make_loader(heldout, 8, shuffle=False, **shard), device="cpu",
@@ -173,8 +174,11 @@ def _worker(rank: int, world_size: int, port: int, folder: str) -> None:
         resumed.load_state_dict(load_checkpoint(out / "parts" / "checkpoint.pt"))
         assert resumed.step == STOP_AT
         resumed.fit()
-        torch.save({name: _summary(t) for name, t in (("plain", plain), ("whole", whole), ("resumed", resumed))},
-                   out / f"rank{rank}.pt")
+        # 3. Gradient accumulation: two batches per update, the processes' gradients averaged once.
+        accumulated = _trainer(None, world_size, rank, N_STEPS // 2, dropout=0.0, batches_per_update=2)
+        accumulated.fit()
+        runs = (("plain", plain), ("whole", whole), ("resumed", resumed), ("accumulated", accumulated))
+        torch.save({name: _summary(t) for name, t in runs}, out / f"rank{rank}.pt")
     finally:
         teardown_distributed(setup)
 
@@ -188,7 +192,7 @@ def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 
 def test_two_processes_stay_in_sync(two_processes) -> None:
     _, (rank0, rank1) = two_processes
-    for run in ("plain", "whole", "resumed"):
+    for run in ("plain", "whole", "resumed", "accumulated"):
         for name, value in rank0[run]["params"].items():
             assert torch.equal(value, rank1[run]["params"][name]), (run, name)  # bit for bit
         # Losses and validation metrics are summed over both processes: the same on each.
@@ -230,6 +234,20 @@ def test_two_processes_make_the_updates_of_one_on_the_whole_batch(two_processes)
     assert moved > 1e-3  # training did change the weights, so agreeing is not trivial
     for name, value in one["params"].items():
         torch.testing.assert_close(rank0["plain"]["params"][name], value, rtol=0, atol=1e-10, msg=name)
+
+
+def test_two_processes_accumulate_the_gradient_of_one_on_the_whole_batches(two_processes) -> None:
+    """With batches_per_update=2 each process accumulates its halves of two batches and the gradients
+    are averaged once: the updates of one process accumulating the whole batches, to float64 rounding
+    (as above; the loss normalised by the tokens of both batches on both processes)."""
+    _, (rank0, _) = two_processes
+    single = _trainer(None, 1, 0, N_STEPS // 2, dropout=0.0, batches_per_update=2)
+    single.fit()
+    one = _summary(single)
+    assert single.step == N_STEPS // 2 and len(one["train"]) == N_STEPS // 2
+    assert one["train"] == pytest.approx(rank0["accumulated"]["train"], rel=1e-12, abs=0)
+    for name, value in one["params"].items():
+        torch.testing.assert_close(rank0["accumulated"]["params"][name], value, rtol=0, atol=1e-10, msg=name)
 
 
 # --- the command line under torchrun -------------------------------------------------------------

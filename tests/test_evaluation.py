@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from errors import raises
 from transformer_lib.tokenizers import word_splitter
 from transformer_lib.evaluation import (
     BleuScore, ChrfScore, bleu_scores, corpus_bleu, corpus_cer, corpus_chrf,
-    corpus_wer, exact_match, translation_metrics, word_edits
+    corpus_wer, exact_match, paired_bootstrap, translation_metrics, word_edits
 )
 from transformer_lib.tokenizers import detokenize
 
@@ -275,3 +276,54 @@ def test_exact_match() -> None:
 def test_exact_match_rejects_mismatched_lengths() -> None:
     with raises(ValueError, '2', '1'):
         exact_match([[1], [2]], [[1]])
+
+
+# --- paired bootstrap resampling -------------------------------------------------------------------
+
+WORDS = "a the dog cat man woman runs sits walks on over mat park street red blue big small".split()
+
+
+def _corpus(n: int = 80, seed: int = 0) -> tuple[list[str], list[str], list[str]]:
+    """References, a good system (every other sentence loses its last two words) and a bad one (random
+    words), as plain strings: synthetic, so the test needs no data."""
+    rng = random.Random(seed)
+    references = [" ".join(rng.choice(WORDS) for _ in range(9)) + " ." for _ in range(n)]
+    good = [r if i % 2 else " ".join(r.split()[:-3]) + " ." for i, r in enumerate(references)]
+    bad = [" ".join(rng.choice(WORDS) for _ in range(9)) + " ." for _ in range(n)]
+    return references, good, bad
+
+
+@pytest.mark.parametrize("metric", ["bleu", "chrf"])
+def test_paired_bootstrap_finds_identical_systems_indistinguishable(metric: str) -> None:
+    references, good, _ = _corpus()
+    result = paired_bootstrap(good, list(good), references, metric=metric)
+    assert result.p_value == 1.0 and result.verdict() == "indistinguishable"
+    assert result.baseline == result.system
+    whole = corpus_bleu(good, references) if metric == "bleu" else corpus_chrf(good, references)
+    assert result.system.score == pytest.approx(whole.score, abs=1e-9)
+    low, high = result.system.interval
+    assert low < result.system.mean < high and low < result.system.score < high
+    assert "bs:1000" in result.signature and "seed:" in result.signature
+
+
+def test_paired_bootstrap_finds_a_clearly_better_system_and_not_a_one_word_change() -> None:
+    references, good, bad = _corpus()
+    clear = paired_bootstrap(bad, good, references, n_samples=500)
+    assert clear.p_value <= 2 / 501 and clear.verdict() == "system better"  # at most one draw in 500 against
+    assert clear.baseline.interval[1] < clear.system.interval[0], "the 95% intervals do not overlap"
+    assert paired_bootstrap(good, bad, references, n_samples=500).verdict() == "baseline better"
+    one_word = list(good)
+    one_word[1] = one_word[1].replace(one_word[1].split()[0], "zebra", 1)
+    close = paired_bootstrap(good, one_word, references, n_samples=500)
+    assert close.system.score < close.baseline.score and close.p_value > 0.05
+    assert close.verdict() == "indistinguishable"
+
+
+def test_paired_bootstrap_rejects_bad_input() -> None:
+    references, good, _ = _corpus(5)
+    with raises(ValueError, 4, 5):
+        paired_bootstrap(good[:4], good, references)
+    with raises(ValueError, "n_samples", 0):
+        paired_bootstrap(good, good, references, n_samples=0)
+    with raises(ValueError, "'ter'"):
+        paired_bootstrap(good, good, references, metric="ter")

@@ -250,3 +250,28 @@ def test_grouped_query_attention_is_one_config_field() -> None:
     assert count_parameters(full) - count_parameters(grouped) == 6 * 2 * (d * (d - kv) + (d - kv))
     with raises(ValueError, "n_kv_heads=3", "n_heads=4"):
         tiny(n_kv_heads=3)
+
+
+def test_modern_options_are_checked_where_the_config_is_made() -> None:
+    """norm, activation and qk_norm (chapter 7) are refused with the offending value, from code and
+    from a file alike; the other switches are True or False too, never a truthy stand-in."""
+    with raises(ValueError, "norm", "'batchnorm'", "rmsnorm"):
+        tiny(norm="batchnorm")
+    with raises(ValueError, "activation", "'geglu'", "swiglu"):
+        tiny(activation="geglu")
+    for name, value in [("qk_norm", "yes"), ("qk_norm", 1), ("norm_first", None), ("tie_output", "False")]:
+        with raises(ValueError, name, repr(value)):
+            tiny(**{name: value})
+    with raises(ValueError, "'RMSNorm'"):
+        TransformerConfig.from_dict({**tiny().to_dict(), "norm": "RMSNorm"})
+    modern = tiny(norm="rmsnorm", activation="swiglu", qk_norm=True)
+    assert TransformerConfig.from_dict(modern.to_dict()) == modern
+    old_file = {k: v for k, v in tiny().to_dict().items() if k not in ("norm", "qk_norm")}
+    assert TransformerConfig.from_dict(old_file) == tiny(), "a config saved before these fields reads as before"
+
+
+def test_torch_reference_refuses_modern_options() -> None:
+    for option, named in [({"norm": "rmsnorm"}, "RMSNorm"), ({"activation": "swiglu"}, "GatedFeedForward"),
+                          ({"qk_norm": True}, "QK-norm")]:
+        with raises(ValueError, named):
+            TorchTransformer(Transformer(tiny(**option)))

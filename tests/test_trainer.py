@@ -218,3 +218,69 @@ def test_collate_matches_what_the_loop_feeds_the_model() -> None:
     batch = collate([([4, 5], [6, 7, 8])])
     logits = F.one_hot(batch.tgt_out, 9).float() * 100  # (B, T, V): certain of the right next token
     assert label_smoothed_cross_entropy(logits, batch.tgt_out).item() == pytest.approx(0.0, abs=1e-6)
+
+
+# --- gradient accumulation -------------------------------------------------------------------------
+
+U = 2.0**-24  # unit roundoff of float32
+
+
+def _accumulation_trainer(model: torch.nn.Module, loader: list, **config) -> Trainer:
+    settings = dict(epochs=None, max_steps=1, schedule="constant", lr=1e-3, warmup_steps=1, clip_norm=None,
+                    amp="off", progress=False, log_every=1)
+    return Trainer(model, loader, TrainConfig(**{**settings, **config}), device="cpu")
+
+
+def _uneven_pairs() -> list[tuple[list[int], list[int]]]:
+    """A micro-batch of one 1-token sentence, and one of six 7-token ones: 2 and 48 target tokens."""
+    short = [([4], [5])]
+    long = [([4 + (i + j) % 7 for j in range(7)], [5 + (i * j) % 6 for j in range(7)]) for i in range(6)]
+    return short + long
+
+
+def test_accumulated_micro_batches_make_the_update_of_one_batch_with_the_loss_per_token() -> None:
+    """k micro-batches, then one update = one batch of them all: the same gradient (the mean loss per
+    target token of the union, so the 2-token micro-batch weighs 2/50, not 1/2), the same loss and
+    token count, the same weights after the step. They differ only in the order of the additions:
+    each gradient entry is a sum over <= 50 target tokens, through 2 layers of sums of <= 64 terms
+    (d_ff), so within 2 * 2 * 64 * u of its scale, twice over (Higham 2002, section 4.2)."""
+    pairs = _uneven_pairs()
+    micro = [collate(pairs[:1]), collate(pairs[1:])]
+    whole = collate(pairs)
+    assert [m.n_tokens for m in micro] == [2, 48]
+    one = _accumulation_trainer(_tiny_model(seed=3), [whole])
+    parts = _accumulation_trainer(_tiny_model(seed=3), micro, batches_per_update=2)
+    loss_one, loss_parts = one.train_step(whole), parts.train_step(*micro)
+    bound = 2 * 2 * 2 * 64 * U
+    torch.testing.assert_close(loss_parts.float(), loss_one.float(), atol=bound * float(loss_one), rtol=0)
+    assert float(parts._window_loss.count) == float(one._window_loss.count) == 50
+    grads = {name: p.grad for name, p in one.model.named_parameters()}
+    for (name, p), q in zip(one.model.named_parameters(), parts.model.parameters()):
+        # A key bias shifts every score of a query alike, which softmax ignores: its exact gradient is 0
+        # and what is computed is rounding of terms at the scale of its weight's gradient (and Adam's
+        # first step, lr * g / |g|, turns that rounding into +-lr: its weights are not compared).
+        scale = grads[name.replace("k_proj.bias", "k_proj.weight")].abs().max()
+        torch.testing.assert_close(q.grad, p.grad, atol=bound * float(scale), rtol=0, msg=name)
+        if not name.endswith("k_proj.bias"):
+            torch.testing.assert_close(q.detach(), p.detach(), atol=bound * float(p.detach().abs().max()), rtol=0,
+                                       msg=name)
+    per_micro_batch = _accumulation_trainer(_tiny_model(seed=3), micro[:1])
+    per_micro_batch.train_step(micro[0])
+    short_grad = [p.grad.clone() for p in per_micro_batch.model.parameters()]
+    long_trainer = _accumulation_trainer(_tiny_model(seed=3), micro[1:])
+    long_trainer.train_step(micro[1])
+    mean_of_means = [(a + q.grad) / 2 for a, q in zip(short_grad, long_trainer.model.parameters())]
+    gap = max(float((m - p.grad).abs().max() / p.grad.abs().max()) for m, p in zip(mean_of_means, one.model.parameters()))
+    assert gap > 100 * bound, "the check could fail: averaging per micro-batch gives another gradient"
+
+
+def test_fit_makes_one_update_per_group_of_batches_and_counts_epochs_in_batches() -> None:
+    train, _ = toy_task("reverse", 40, 0, n_symbols=8, longest=6, seed=1)
+    loader = make_loader(train, 8, seed=5)  # 5 batches: updates of 2, 2 and 1 batches
+    trainer = _accumulation_trainer(_tiny_model(), loader, epochs=2, max_steps=None, batches_per_update=2)
+    assert trainer.steps_per_epoch == 3 and trainer.total_steps == 6
+    history = trainer.fit()
+    assert trainer.step == 6 and trainer.epoch == 2
+    assert [e["train_tokens"] for e in history["epochs"]] == [sum(len(t) + 1 for t in train.tgt)] * 2
+    with raises(ValueError, "batches_per_update", 0):
+        TrainConfig(batches_per_update=0)

@@ -15,6 +15,7 @@ README's table says what each holds and names its tests):
     subword               BPE subwords                chapter 3
     tokenizers            words, symbols, all kinds   chapter 3
     embeddings            embeddings and positions    chapter 3 (RoPE...: 7)
+    normalization         LayerNorm, RMSNorm          chapter 4 (RMSNorm, QK-norm: 7)
     positional_attention  positions inside attention  chapter 7
     positions             the positional schemes      chapter 3, 7
     dropout               dropout, faster on CPU      chapter 4
@@ -37,7 +38,7 @@ README's table says what each holds and names its tests):
     beam_search           beam search                 chapter 6
     evaluation            BLEU, chrF, WER, CER        chapter 6
     translator            Translator, BLEU of a model chapter 6
-    pretrained            the shipped trained model   every chapter (from chapter 1)
+    pretrained            the model the book ships    every chapter
     language_models       next-token LM, perplexity   chapter 7
     masked_lm             masked tokens, encoder-only chapter 7
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -156,6 +157,11 @@ class MultiHeadAttention(nn.Module):
             attention (Ainslie et al. 2023): each group of ``n_heads / n_kv_heads`` query heads
             shares one key/value head, and the key/value cache holds ``Hkv`` heads instead of
             ``H``; ``n_kv_heads=1`` is multi-query attention (Shazeer 2019).
+        qk_norm: makes a norm of width ``Dk`` (called as ``qk_norm(d_k)``, e.g.
+            ``transformer_lib.normalization.RMSNorm``), or ``None``. With one, each head's queries
+            and keys are normalised before their dot product (QK-norm, Dehghani et al. 2023), which
+            keeps the scores bounded however large the projections grow; without, they pass as
+            they are (``nn.Identity``).
 
     Shape:
         - query: ``(B, T, d_model)``; key: ``(B, L, kdim)``; value: ``(B, L, vdim)``
@@ -189,6 +195,7 @@ class MultiHeadAttention(nn.Module):
         vdim: int | None = None,
         bias: bool = True,
         n_kv_heads: int | None = None,
+        qk_norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
         _check_sizes(d_model, n_heads, dropout, d_k, n_kv_heads)
@@ -203,6 +210,8 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(self.kdim, self.n_kv_heads * self.d_k, bias=bias)
         self.v_proj = nn.Linear(self.vdim, self.n_kv_heads * self.d_v, bias=bias)
         self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias)
+        self.query_norm = nn.Identity() if qk_norm is None else qk_norm(self.d_k)
+        self.key_norm = nn.Identity() if qk_norm is None else qk_norm(self.d_k)
 
     def split_heads(self, x: Tensor, width: int) -> Tensor:
         """``(B, L, H * width)`` -> ``(B, H, L, width)`` (as many heads as ``width`` fits)."""
@@ -231,13 +240,14 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(self.merge_heads(out)), attn_weights  # (B, T, d_out)
 
     def project_query(self, query: Tensor) -> Tensor:
-        """Queries ``(B, T, d_model)`` -> one per head, ``(B, H, T, Dk)``."""
-        return self.split_heads(self.q_proj(query), self.d_k)
+        """Queries ``(B, T, d_model)`` -> one per head, ``(B, H, T, Dk)`` (normalised with QK-norm)."""
+        return self.query_norm(self.split_heads(self.q_proj(query), self.d_k))  # (B, H, T, Dk)
 
     def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Keys ``(B, L, kdim)`` and values ``(B, L, vdim)`` -> one per key/value head, ``(B, Hkv, L, Dk)``
-        and ``(B, Hkv, L, Dv)`` (``Hkv = H`` unless grouped-query)."""
-        return self.split_heads(self.k_proj(key), self.d_k), self.split_heads(self.v_proj(value), self.d_v)
+        and ``(B, Hkv, L, Dv)`` (``Hkv = H`` unless grouped-query; the keys normalised with QK-norm)."""
+        k = self.key_norm(self.split_heads(self.k_proj(key), self.d_k))  # (B, Hkv, L, Dk)
+        return k, self.split_heads(self.v_proj(value), self.d_v)  # (B, Hkv, L, Dk), (B, Hkv, L, Dv)
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, bias: Tensor | None = None

@@ -2,7 +2,8 @@
 
 - Data: :class:`TranslationData`, a parallel corpus as token ids (Multi30k or a toy task).
 - Batches: :func:`collate` (shifted targets, padding) into a :class:`Batch`,
-  :class:`BucketBatchSampler` (length bucketing, sliced across processes), :func:`padding_waste`,
+  :class:`BucketBatchSampler` (length bucketing, sliced across processes),
+  :class:`TokenBatchSampler` (batches by a token budget, as the paper's), :func:`padding_waste`,
   :func:`make_loader`.
 
 It imports nothing from the model, and nothing about text: the ids come from
@@ -24,6 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .validation import check_int
+
 __all__ = [
     "TranslationData",
     "SOURCE_FORMAT",
@@ -31,6 +34,7 @@ __all__ = [
     "pad_sequences",
     "collate",
     "BucketBatchSampler",
+    "TokenBatchSampler",
     "padding_waste",
     "make_loader",
 ]
@@ -287,6 +291,90 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         return full + (1 if rest >= self.num_replicas else 0)
 
 
+class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Batches by number of tokens, not of sentences: the paper's "approximately 25000 source tokens
+    and 25000 target tokens" per batch (section 5.1).
+
+    The examples are sorted by length (ties in a seeded random order) and cut into batches as large
+    as ``max_tokens`` allows, counting a batch as its padded size, ``len(batch) * longest`` (what
+    memory and compute pay for; fairseq's ``--max-tokens`` counts the same way). So batches of short
+    sentences hold many, of long ones few, and every batch costs about the same. The batches are
+    made once; each epoch shuffles their order (``set_epoch``), so :meth:`__len__` never changes,
+    as the :class:`~transformer_lib.trainer.Trainer` needs. Combined with the trainer's
+    ``batches_per_update``, a budget too large for the memory is reached in parts.
+
+    **Several processes** (``num_replicas > 1``): as :class:`BucketBatchSampler`, ``max_tokens`` is
+    the budget of the global batch and each process takes every ``num_replicas``-th example of it;
+    every batch holds at least ``num_replicas`` examples (a final smaller one joins the batch of the
+    next-shortest sentences, the smallest overshoot).
+
+    Args:
+        lengths: each example's length in tokens (for translation, the longer side's, with its
+            ``<eos>``: :func:`make_loader` passes that).
+        max_tokens: the budget of one batch, padding included; at least the longest example (times
+            ``num_replicas``).
+        shuffle: shuffle the batches' order each epoch (``False``: shortest first, for evaluation).
+        seed: base seed; epoch ``e`` uses ``seed + e``.
+        num_replicas, rank: the processes sharing each batch, and this one.
+
+    Example:
+        >>> TokenBatchSampler([2, 5, 3, 3, 4], max_tokens=8, shuffle=False).batches()
+        [[0, 2], [3, 4], [1]]
+    """
+
+    def __init__(self, lengths: Sequence[int], max_tokens: int, *, shuffle: bool = True, seed: int = 0,
+                 num_replicas: int = 1, rank: int = 0) -> None:
+        check_int("max_tokens", max_tokens)
+        check_int("num_replicas", num_replicas)
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be an integer in [0, {num_replicas - 1}] (num_replicas={num_replicas}), got {rank!r}")
+        if len(lengths) < num_replicas:
+            raise ValueError(f"{len(lengths)} examples are too few to give each of num_replicas={num_replicas} processes one")
+        longest = max(lengths)
+        if longest * num_replicas > max_tokens:
+            raise ValueError(
+                f"max_tokens={max_tokens} is too small: example {list(lengths).index(longest)} has {longest} tokens"
+                + (f", and each of num_replicas={num_replicas} processes needs one" if num_replicas > 1 else "")
+                + f"; use max_tokens >= {longest * num_replicas}"
+            )
+        self.max_tokens, self.shuffle, self.seed, self.epoch = max_tokens, shuffle, seed, 0
+        self.num_replicas, self.rank = num_replicas, rank
+        self._batches = self._cut(list(lengths))
+
+    def _cut(self, lengths: list[int]) -> list[list[int]]:
+        """Shortest first, each batch as long as the budget allows and at least ``num_replicas`` examples."""
+        ties = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(self.seed)).tolist()
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], ties[i]))
+        batches: list[list[int]] = [[]]
+        for i in order:  # lengths only grow along the order: the newest example is the batch's longest
+            if (len(batches[-1]) + 1) * lengths[i] > self.max_tokens and len(batches[-1]) >= self.num_replicas:
+                batches.append([])
+            batches[-1].append(i)
+        if len(batches) > 1 and len(batches[-1]) < self.num_replicas:
+            batches[-2].extend(batches.pop())
+        return batches
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def global_batches(self) -> list[list[int]]:
+        """The batches of the current epoch, in order, before they are sliced across processes."""
+        if not self.shuffle:
+            return [list(batch) for batch in self._batches]
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return [list(self._batches[i]) for i in torch.randperm(len(self._batches), generator=generator).tolist()]
+
+    def batches(self) -> list[list[int]]:
+        """This process's batches of the current epoch: its slice of each global batch, in order."""
+        return [batch[self.rank :: self.num_replicas] for batch in self.global_batches()]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches())
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+
 def padding_waste(batches: Iterable[Sequence[int]], lengths: Sequence[int]) -> float:
     """Average number of padding tokens per sequence when ``batches`` are padded to their longest member.
 
@@ -306,8 +394,9 @@ def padding_waste(batches: Iterable[Sequence[int]], lengths: Sequence[int]) -> f
 
 def make_loader(
     data: TranslationData,
-    batch_size: int,
+    batch_size: int | None = None,
     *,
+    max_tokens: int | None = None,
     shuffle: bool = True,
     bucket: bool = True,
     pool_batches: int = 100,
@@ -325,13 +414,24 @@ def make_loader(
     (which dropout uses) alone: what makes a resumed run repeat an uninterrupted one exactly.
     With ``num_replicas`` processes, ``batch_size`` is the global batch and this process
     (``rank``) gets its slice of each one.
+
+    Give ``batch_size`` (sentence pairs per batch) or ``max_tokens`` (padded tokens of the longer
+    side per batch, :class:`TokenBatchSampler`; ``bucket`` and ``pool_batches`` then do not apply).
     """
-    # Sort by the longer side first: both source and target batches then need little padding.
-    keys = [(max(s, t), s, t) for s, t in zip(data.src_lengths, data.tgt_lengths)]
-    sampler = BucketBatchSampler(
-        keys, batch_size,
-        bucket=bucket, pool_batches=pool_batches, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank,
-    )
+    if (batch_size is None) == (max_tokens is None):
+        raise ValueError(f"give batch_size or max_tokens, one of them; got batch_size={batch_size}, max_tokens={max_tokens}")
+    sampler: torch.utils.data.Sampler[list[int]]
+    if max_tokens is not None:
+        # A padded batch is as wide as its longest source with <eos>, or target with <bos> (or <eos>).
+        sizes = [max(s, t) + 1 for s, t in zip(data.src_lengths, data.tgt_lengths)]
+        sampler = TokenBatchSampler(sizes, max_tokens, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+    else:
+        # Sort by the longer side first: both source and target batches then need little padding.
+        keys = [(max(s, t), s, t) for s, t in zip(data.src_lengths, data.tgt_lengths)]
+        sampler = BucketBatchSampler(
+            keys, batch_size,
+            bucket=bucket, pool_batches=pool_batches, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank,
+        )
     return torch.utils.data.DataLoader(
         data,
         batch_sampler=sampler,

@@ -26,7 +26,9 @@ from .validation import check_choice
 
 __all__ = [
     "ACTIVATIONS",
+    "GATED_ACTIVATIONS",
     "FeedForward",
+    "GatedFeedForward",
     "Residual",
     "EncoderLayer",
     "DecoderLayer",
@@ -36,6 +38,8 @@ __all__ = [
 
 # The feed-forward's activations by name (TransformerConfig.activation takes its names from here).
 ACTIVATIONS: Mapping[str, type[nn.Module]] = MappingProxyType({"relu": nn.ReLU, "gelu": nn.GELU})
+# The gates of a gated feed-forward by name: "swiglu" gates with SiLU (Swish, beta = 1), Shazeer 2020.
+GATED_ACTIVATIONS: Mapping[str, type[nn.Module]] = MappingProxyType({"swiglu": nn.SiLU})
 
 
 class FeedForward(nn.Module):
@@ -65,6 +69,39 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (..., D)
 
 
+class GatedFeedForward(nn.Module):
+    r"""Gated feed-forward network (GLU variants, Shazeer 2020):
+    :math:`\mathrm{FFN}(x) = W_2\,(\phi(W_g x) \odot W_1 x)`.
+
+    One projection of ``x`` gates another, element by element; with :math:`\phi` = SiLU this is
+    SwiGLU (PaLM, LLaMA). It has three matrices where :class:`FeedForward` has two, so at equal
+    parameter count ``d_ff`` is about 2/3 of the ungated width (Shazeer 2020 compares them so). No
+    biases, as in the paper.
+
+    Args:
+        d_model: input and output width ``D``.
+        d_ff: hidden width.
+        dropout: dropout on the gated hidden layer (where :class:`FeedForward` has it).
+        activation: the gate's name in :data:`GATED_ACTIVATIONS`: ``"swiglu"``.
+
+    Shape:
+        ``(..., D)`` -> ``(..., D)``.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "swiglu") -> None:
+        super().__init__()
+        check_choice("activation", activation, GATED_ACTIVATIONS)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=False)  # W_1: what passes
+        self.linear_gate = nn.Linear(d_model, d_ff, bias=False)  # W_g: how much of it passes
+        self.activation = GATED_ACTIVATIONS[activation]()
+        self.dropout = Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        hidden = self.activation(self.linear_gate(x)) * self.linear1(x)  # (..., d_ff)
+        return self.linear2(self.dropout(hidden))  # (..., D)
+
+
 class Residual(nn.Module):
     """A residual connection around a sublayer, with its LayerNorm before (Pre-LN) or after (Post-LN).
 
@@ -79,13 +116,16 @@ class Residual(nn.Module):
         d_model: width ``D``.
         dropout: dropout on the sublayer's output before it is added (paper section 5.4).
         norm_first: ``True`` for Pre-LN, ``False`` for Post-LN.
-        eps: LayerNorm epsilon.
+        eps: the norm's epsilon.
+        norm: the normalisation, called as ``norm(d_model, eps=eps)``: ``nn.LayerNorm`` (the paper)
+            or another entry of :data:`transformer_lib.normalization.NORMS` (RMSNorm, chapter 7).
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5,
+                 norm: Callable[..., nn.Module] = nn.LayerNorm) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.norm = norm(d_model, eps=eps)
         self.dropout = Dropout(dropout)
 
     def sublayer_input(self, x: Tensor) -> Tensor:
@@ -112,7 +152,8 @@ class EncoderLayer(nn.Module):
         feed_forward: e.g. ``FeedForward(d_model, d_ff, dropout)``.
         dropout: residual dropout (on each sublayer's output).
         norm_first: Pre-LN (``True``) or Post-LN (``False``).
-        eps: LayerNorm epsilon.
+        eps: the norm's epsilon.
+        norm: the normalisation of each :class:`Residual` (default ``nn.LayerNorm``).
 
     Shape:
         x ``(B, S, D)``, src_mask broadcastable to ``(B, H, S, S)`` -> ``(B, S, D)``, and the
@@ -133,12 +174,13 @@ class EncoderLayer(nn.Module):
         dropout: float = 0.1,
         norm_first: bool = False,
         eps: float = 1e-5,
+        norm: Callable[..., nn.Module] = nn.LayerNorm,
     ) -> None:
         super().__init__()
         self.self_attn = self_attn
         self.feed_forward = feed_forward
-        self.attn_residual = Residual(d_model, dropout, norm_first, eps)
-        self.ff_residual = Residual(d_model, dropout, norm_first, eps)
+        self.attn_residual = Residual(d_model, dropout, norm_first, eps, norm)
+        self.ff_residual = Residual(d_model, dropout, norm_first, eps, norm)
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         h = self.attn_residual.sublayer_input(x)
@@ -169,14 +211,15 @@ class DecoderLayer(nn.Module):
         dropout: float = 0.1,
         norm_first: bool = False,
         eps: float = 1e-5,
+        norm: Callable[..., nn.Module] = nn.LayerNorm,
     ) -> None:
         super().__init__()
         self.self_attn = self_attn
         self.cross_attn = cross_attn
         self.feed_forward = feed_forward
-        self.self_attn_residual = Residual(d_model, dropout, norm_first, eps)
-        self.cross_attn_residual = Residual(d_model, dropout, norm_first, eps)
-        self.ff_residual = Residual(d_model, dropout, norm_first, eps)
+        self.self_attn_residual = Residual(d_model, dropout, norm_first, eps, norm)
+        self.cross_attn_residual = Residual(d_model, dropout, norm_first, eps, norm)
+        self.ff_residual = Residual(d_model, dropout, norm_first, eps, norm)
 
     def forward(
         self,

@@ -8,9 +8,10 @@ from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from .blocks import ACTIVATIONS
+from .blocks import ACTIVATIONS, GATED_ACTIVATIONS
+from .normalization import NORMS
 from .positions import POSITIONAL
-from .validation import check_choice, check_int, check_number
+from .validation import check_bool, check_choice, check_int, check_number
 
 __all__ = ["TransformerConfig", "PRESETS", "FILE_CONFIG_LIMITS"]
 
@@ -50,9 +51,10 @@ class TransformerConfig:
         d_ff: feed-forward hidden width.
         dropout: on embeddings + positions, on each sublayer output, inside the feed-forward.
         attn_dropout: on attention weights (the paper does not use it; many implementations do).
-        activation: ``"relu"`` (paper) or ``"gelu"``.
+        activation: ``"relu"`` (paper) or ``"gelu"``; ``"swiglu"`` makes the feed-forward gated
+            (:class:`~transformer_lib.blocks.GatedFeedForward`, chapter 7).
         norm_first: Pre-LN (``True``) or the paper's Post-LN (``False``).
-        layer_norm_eps: LayerNorm epsilon.
+        layer_norm_eps: the norms' epsilon.
         positional: where positions come from, a name in
             :data:`transformer_lib.positions.POSITIONAL`: ``"sinusoidal"``
             (paper) or ``"learned"``, added to the embeddings; ``"rope"``, ``"alibi"`` or
@@ -67,6 +69,11 @@ class TransformerConfig:
             distances share one learned bias.
         n_kv_heads: key/value heads of every attention (default ``n_heads``); fewer is
             grouped-query attention, 1 multi-query attention (chapter 7); must divide ``n_heads``.
+        norm: the normalisation of every residual sublayer (and of the stacks' ends in Pre-LN), a
+            name in :data:`transformer_lib.normalization.NORMS`: ``"layernorm"`` (paper) or
+            ``"rmsnorm"`` (chapter 7).
+        qk_norm: normalise each head's queries and keys (with ``norm``'s kind) before their dot
+            product, in every attention (QK-norm, Dehghani et al. 2023; chapter 7).
 
     With ``n_encoder_layers=0`` and one vocabulary the config describes a decoder-only model
     (:meth:`decoder_only` builds one), with ``n_decoder_layers=0`` an encoder-only one
@@ -97,6 +104,8 @@ class TransformerConfig:
     pad_id: int = 0
     relative_max_distance: int = 16
     n_kv_heads: int | None = None
+    norm: str = "layernorm"
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len", "relative_max_distance"):
@@ -113,7 +122,10 @@ class TransformerConfig:
         for name in ("dropout", "attn_dropout"):
             check_number(name, getattr(self, name), 0, 1)
         check_number("layer_norm_eps", self.layer_norm_eps, 0, 1, low_open=True)
-        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("activation", self.activation, [*ACTIVATIONS, *GATED_ACTIVATIONS])
+        check_choice("norm", self.norm, NORMS)
+        for name in ("norm_first", "share_embeddings", "tie_output", "qk_norm"):
+            check_bool(name, getattr(self, name))
         check_choice("positional", self.positional, POSITIONAL)
         head_width = self.d_model // self.n_heads
         if self.positional == "rope" and head_width % 2 != 0:

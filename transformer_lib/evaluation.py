@@ -16,6 +16,10 @@ text: chrF (Popović 2015, character n-grams, with sacrebleu's signature), and t
 character error rates WER and CER (edit distances, as in speech recognition) from ``jiwer``, a small,
 maintained package made for exactly these two measures.
 
+Whether one system's BLEU is really higher than another's, or only on this test set, is asked by
+:func:`paired_bootstrap` (Koehn 2004): sacrebleu's own paired bootstrap resampling gives each
+system's mean and 95% interval over resampled test sets, and the p-value of the difference.
+
 The book's committed results of longer runs are shown by :mod:`transformer_lib.book.results`.
 
 This module imports nothing from the model.
@@ -36,6 +40,9 @@ __all__ = [
     "corpus_wer",
     "corpus_cer",
     "translation_metrics",
+    "SystemScore",
+    "PairedBootstrap",
+    "paired_bootstrap",
     "word_edits",
     "exact_match",
 ]
@@ -176,6 +183,99 @@ def corpus_chrf(
     result = metric.corpus_score(list(hypotheses), [list(references)])
     signature = str(metric.get_signature())
     return ChrfScore(score=float(result.score), signature=signature)
+
+
+@dataclass(frozen=True)
+class SystemScore:
+    """One system's score on the test set and over its bootstrap resamples.
+
+    Attributes:
+        score: the metric on the whole test set.
+        mean: its mean over the resampled test sets.
+        interval: the 95% interval of the resampled scores, ``(low, high)``: sacrebleu's ``mean`` plus
+            and minus its half-width (the 2.5th to the 97.5th percentile, halved).
+    """
+
+    score: float
+    mean: float
+    interval: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class PairedBootstrap:
+    """The result of :func:`paired_bootstrap`: both systems, and how likely their difference is chance.
+
+    Attributes:
+        baseline, system: each system's :class:`SystemScore`.
+        p_value: the probability of a difference at least this large if the two were equally good.
+        n_samples: resampled test sets.
+        signature: sacrebleu's signature of the metric and the test (``bs:1000``, ``seed:12345``).
+    """
+
+    baseline: SystemScore
+    system: SystemScore
+    p_value: float
+    n_samples: int
+    signature: str
+
+    def verdict(self, alpha: float = 0.05) -> str:
+        """``"indistinguishable"`` unless ``p_value < alpha``; then which system is better."""
+        if self.p_value >= alpha:
+            return "indistinguishable"
+        return "system better" if self.system.score > self.baseline.score else "baseline better"
+
+    def __str__(self) -> str:
+        def fmt(s: SystemScore) -> str:
+            return f"{s.score:.2f} (mean {s.mean:.2f}, 95% interval {s.interval[0]:.2f} to {s.interval[1]:.2f})"
+
+        return (f"baseline {fmt(self.baseline)}; system {fmt(self.system)}; p = {self.p_value:.4f}: "
+                f"{self.verdict()}  [{self.signature}]")
+
+
+def paired_bootstrap(
+    baseline: Sequence[str], system: Sequence[str], references: Sequence[str], *, metric: str = "bleu",
+    n_samples: int = 1000,
+) -> PairedBootstrap:
+    """Paired bootstrap resampling (Koehn 2004) with sacrebleu's implementation
+    (``sacrebleu.significance.PairedTest(test_type="bs")``, as ``sacrebleu --paired-bs`` runs it).
+
+    The test set's sentences are drawn with replacement ``n_samples`` times; both systems are scored
+    on each draw (the same sentences for both: paired), which gives each system's mean and 95%
+    interval, and the p-value of their difference. The draws are seeded (sacrebleu's seed, 12345,
+    or ``$SACREBLEU_SEED``), so the numbers repeat.
+
+    Two identical outputs get ``p_value = 1.0``: sacrebleu counts the resampled differences strictly
+    above the observed one, so identical systems (every difference 0) would get its smallest
+    p-value, ``1 / (n_samples + 1)``, by the convention it takes from multeval (see
+    jhclark/multeval#5); outputs that are the same cannot be told apart.
+
+    Args:
+        baseline, system: two systems' detokenized outputs, one string per sentence each.
+        references: the raw reference sentences, one per hypothesis.
+        metric: ``"bleu"`` or ``"chrf"`` (sacrebleu's defaults, as :func:`corpus_bleu`, :func:`corpus_chrf`).
+        n_samples: resampled test sets; the p-value cannot go below ``1 / (n_samples + 1)``.
+
+    Returns:
+        A :class:`PairedBootstrap`.
+    """
+    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.significance import PairedTest
+
+    metrics = {"bleu": BLEU, "chrf": CHRF}
+    if metric not in metrics:
+        raise ValueError(f"metric must be one of {sorted(metrics)}, got {metric!r}")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
+        raise ValueError(f"n_samples must be a positive integer (sacrebleu uses 1000), got {n_samples!r}")
+    _check_pairs(baseline, references, metric)
+    _check_pairs(system, references, metric)
+    test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {metric: metrics[metric]()},
+                      [list(references)], test_type="bs", n_samples=n_samples)
+    signatures, results = test()
+    name = next(key for key in results if key != "System")  # sacrebleu's name: "BLEU", "chrF2"
+    scores = [SystemScore(float(r.score), float(r.mean), (float(r.mean - r.ci), float(r.mean + r.ci)))
+              for r in results[name]]
+    p_value = 1.0 if list(baseline) == list(system) else float(results[name][1].p_value)
+    return PairedBootstrap(scores[0], scores[1], p_value, n_samples, str(signatures[name]))
 
 
 def _check_error_rate_pairs(hypotheses: Sequence[str], references: Sequence[str], metric: str) -> None:

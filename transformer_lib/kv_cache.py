@@ -19,15 +19,20 @@ Shapes: ``B`` batch, ``H`` heads, ``T_new`` new positions, ``L`` positions seen 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
+from .config import TransformerConfig
+from .masking import causal_mask
+from .model import DecoderOnlyTransformer, Transformer
 
-__all__ = ["CachedSelfAttention", "CachedCrossAttention", "KVCache", "kv_cache"]
+__all__ = ["CachedSelfAttention", "CachedCrossAttention", "KVCache", "kv_cache", "CacheBytes", "kv_cache_bytes_per_token"]
 
 
 class CachedSelfAttention(nn.Module):
@@ -97,6 +102,12 @@ class KVCache:
         for attention in self.attentions:
             attention.reorder(rows)
 
+    def nbytes(self, cross: bool = False) -> int:
+        """Bytes the cached keys and values hold now: of the self-attentions (growing with every
+        decoded token), or with ``cross=True`` of the cross-attentions (the encoder memory's)."""
+        held = [a for a in self.attentions if isinstance(a, CachedCrossAttention) == cross and a.key is not None]
+        return sum(t.numel() * t.element_size() for a in held for t in (a.key, a.value))
+
 
 @contextmanager
 def kv_cache(model: nn.Module) -> Iterator[KVCache]:
@@ -126,3 +137,38 @@ def kv_cache(model: nn.Module) -> Iterator[KVCache]:
             layer.self_attn = self_attn
             if cross_attn is not None:
                 layer.cross_attn = cross_attn
+
+
+class CacheBytes(NamedTuple):
+    """What a key/value cache holds per token of one sequence, in bytes."""
+
+    per_target_token: int  # the self-attentions' keys and values: grows with every generated token
+    per_source_token: int  # the cross-attentions' (the encoder memory's); 0 for a decoder-only model
+
+
+def kv_cache_bytes_per_token(config: TransformerConfig, dtype: torch.dtype = torch.float32) -> CacheBytes:
+    """Measure the key/value cache of the model ``config`` describes, per token, in ``dtype``.
+
+    A model of this config (with a two-token vocabulary, which the cache does not depend on) decodes
+    2 target tokens over 3 source tokens inside :func:`kv_cache`, and the cached tensors' bytes are
+    divided by those counts. That is ``2 * n_decoder_layers * n_kv_heads * Dh * bytes`` (keys and
+    values, each layer, each key/value head): grouped-query attention divides it by
+    ``n_heads / n_kv_heads``, multi-query attention (``n_kv_heads=1``) by ``n_heads`` (chapter 7).
+
+    Example:
+        >>> tiny = TransformerConfig.from_preset("tiny", src_vocab_size=9, tgt_vocab_size=9)
+        >>> kv_cache_bytes_per_token(tiny), kv_cache_bytes_per_token(dataclasses.replace(tiny, n_kv_heads=1))
+        (CacheBytes(per_target_token=1024, per_source_token=1024), CacheBytes(per_target_token=256, per_source_token=256))
+    """
+    n_target, n_source, vocab = 2, 3, config.pad_id + 2
+    small = dataclasses.replace(config, src_vocab_size=vocab, tgt_vocab_size=vocab, dropout=0.0, attn_dropout=0.0)
+    decoder_only = config.n_encoder_layers == 0
+    model = (DecoderOnlyTransformer(small) if decoder_only else Transformer(small)).to(dtype).eval()
+    target = torch.full((1, n_target), vocab - 1)  # (1, T)
+    with torch.no_grad(), kv_cache(model) as cache:
+        if decoder_only:
+            model.decode(target, tgt_mask=causal_mask(n_target))
+        else:
+            memory = model.encode(torch.full((1, n_source), vocab - 1))  # (1, S, D)
+            model.decode(target, memory, tgt_mask=causal_mask(n_target))
+        return CacheBytes(cache.nbytes() // n_target, cache.nbytes(cross=True) // n_source)

@@ -21,11 +21,12 @@ from types import MappingProxyType
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward
+from .blocks import GATED_ACTIVATIONS, Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, GatedFeedForward
 from .config import TransformerConfig
 from .dropout import Dropout
 from .embeddings import TokenEmbedding
 from .masking import padding_mask, target_mask
+from .normalization import NORMS
 from .positions import POSITIONAL, attention_options
 
 __all__ = [
@@ -58,7 +59,8 @@ def init_parameters(model: nn.Module) -> None:
     The paper does not state its initialisation. Its reference implementation draws linear weights
     from Xavier/Glorot uniform with zero biases, and embedding weights from
     :math:`\\mathcal{N}(0, d_\\text{model}^{-1/2})` (std), which the embedding's
-    :math:`\\sqrt{d_\\text{model}}` scale turns into unit variance. LayerNorms start at identity.
+    :math:`\\sqrt{d_\\text{model}}` scale turns into unit variance. Norms start at identity
+    (an RMSNorm's gain is made as ones).
     """
     for module in model.modules():
         if isinstance(module, nn.Linear):
@@ -78,14 +80,15 @@ def count_parameters(module: nn.Module, trainable_only: bool = True) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
-def feed_forward(c: TransformerConfig) -> FeedForward:
-    """One layer's feed-forward network."""
-    return FeedForward(c.d_model, c.d_ff, c.dropout, c.activation)
+def feed_forward(c: TransformerConfig) -> FeedForward | GatedFeedForward:
+    """One layer's feed-forward network: gated for a gated activation (``"swiglu"``, chapter 7)."""
+    kind = GatedFeedForward if c.activation in GATED_ACTIVATIONS else FeedForward
+    return kind(c.d_model, c.d_ff, c.dropout, c.activation)
 
 
-def final_norm(c: TransformerConfig) -> nn.LayerNorm | None:
-    """Pre-LN ends each stack with a LayerNorm (chapter 4); Post-LN layers already end with one."""
-    return nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None
+def final_norm(c: TransformerConfig) -> nn.Module | None:
+    """Pre-LN ends each stack with a norm (chapter 4); Post-LN layers already end with one."""
+    return NORMS[c.norm](c.d_model, eps=c.layer_norm_eps) if c.norm_first else None
 
 
 def build_encoder(c: TransformerConfig, n_layers: int, causal: bool = False) -> tuple[nn.Module, Encoder]:
@@ -96,7 +99,7 @@ def build_encoder(c: TransformerConfig, n_layers: int, causal: bool = False) -> 
     """
     positions = POSITIONAL[c.positional](c, causal)
     layers = [EncoderLayer(c.d_model, positions.self_attention(), feed_forward(c), c.dropout, c.norm_first,
-                           c.layer_norm_eps) for _ in range(n_layers)]
+                           c.layer_norm_eps, NORMS[c.norm]) for _ in range(n_layers)]
     return positions.input, Encoder(layers, final_norm(c))
 
 
@@ -104,7 +107,8 @@ def build_decoder(c: TransformerConfig) -> tuple[nn.Module, Decoder]:
     """The decoder stack (masked self-attention, cross-attention, feed-forward) and its input positions."""
     positions = POSITIONAL[c.positional](c, True)
     layers = [DecoderLayer(c.d_model, positions.self_attention(), MultiHeadAttention(**attention_options(c)),
-                           feed_forward(c), c.dropout, c.norm_first, c.layer_norm_eps) for _ in range(c.n_decoder_layers)]
+                           feed_forward(c), c.dropout, c.norm_first, c.layer_norm_eps, NORMS[c.norm])
+              for _ in range(c.n_decoder_layers)]
     return positions.input, Decoder(layers, final_norm(c))
 
 

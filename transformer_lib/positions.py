@@ -29,6 +29,7 @@ from .embeddings import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
+from .normalization import NORMS
 from .positional_attention import BiasedAttention, RotaryAttention
 
 __all__ = ["StackPositions", "attention_options", "added_to_input", "inside_attention", "POSITIONAL"]
@@ -44,8 +45,11 @@ class StackPositions:
 
 
 def attention_options(config: Any) -> dict[str, Any]:
-    """The keyword arguments every attention of a model gets from its config."""
-    return dict(d_model=config.d_model, n_heads=config.n_heads, dropout=config.attn_dropout, n_kv_heads=config.n_kv_heads)
+    """The keyword arguments every attention of a model gets from its config (``qk_norm``: the
+    config's kind of norm, made for each head's width, when ``config.qk_norm``)."""
+    qk_norm = partial(NORMS[config.norm], eps=config.layer_norm_eps) if config.qk_norm else None
+    return dict(d_model=config.d_model, n_heads=config.n_heads, dropout=config.attn_dropout, n_kv_heads=config.n_kv_heads,
+                qk_norm=qk_norm)
 
 
 def added_to_input(table: type[nn.Module]) -> Callable[[Any, bool], StackPositions]:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer
+from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward
 from .masking import causal_mask, padding_mask, to_torch_blocked
 from .model import Transformer
 
@@ -34,8 +34,18 @@ __all__ = [
 ]
 
 
+def _check_plain_heads(ours: MultiHeadAttention) -> None:
+    """nn.MultiheadAttention has one key/value head per query head and nothing between the projections
+    and the scores (chapter 7's grouped-query attention and QK-norm have no counterpart)."""
+    if not isinstance(ours.query_norm, nn.Identity):
+        raise ValueError("nn.MultiheadAttention does not normalise queries and keys; this layer uses QK-norm")
+    if ours.n_kv_heads != ours.n_heads:
+        raise ValueError(f"nn.MultiheadAttention has no shared key/value heads; this layer has n_kv_heads={ours.n_kv_heads}")
+
+
 @torch.no_grad()
 def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
+    _check_plain_heads(ours)
     if theirs._qkv_same_embed_dim:
         theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
     else:
@@ -58,8 +68,7 @@ def torch_multihead_attention(ours: MultiHeadAttention) -> nn.MultiheadAttention
     H = ours.n_heads
     if type(ours) is not MultiHeadAttention:  # a subclass puts positions inside (chapter 7)
         raise ValueError("nn.MultiheadAttention has no rotary or score-bias positions (chapter 7); this layer uses them")
-    if ours.n_kv_heads != H:
-        raise ValueError(f"nn.MultiheadAttention has no shared key/value heads; this layer has n_kv_heads={ours.n_kv_heads}")
+    _check_plain_heads(ours)
     if not (H * ours.d_k == H * ours.d_v == ours.d_out == ours.d_model):
         raise ValueError(
             f"nn.MultiheadAttention needs n_heads*d_k == n_heads*d_v == d_out == d_model, got "
@@ -76,6 +85,11 @@ def torch_multihead_attention(ours: MultiHeadAttention) -> nn.MultiheadAttention
 def _layer_options(layer: EncoderLayer | DecoderLayer) -> dict:
     ff = layer.feed_forward
     residual = layer.ff_residual
+    # nn.TransformerEncoderLayer has LayerNorm and a two-matrix ReLU/GELU feed-forward only.
+    if type(ff) is not FeedForward or not isinstance(ff.activation, (nn.ReLU, nn.GELU)):
+        raise ValueError(f"nn.Transformer layers have a ReLU or GELU feed-forward, not {ff!r}")
+    if type(residual.norm) is not nn.LayerNorm:
+        raise ValueError(f"nn.Transformer layers use LayerNorm, not {type(residual.norm).__name__}")
     return dict(
         d_model=layer.self_attn.d_model,
         nhead=layer.self_attn.n_heads,

@@ -13,10 +13,12 @@ Shapes:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
+import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -97,6 +99,10 @@ class TrainConfig:
             module's weights either way.
         keep_weights: also keep the model weights of the last this many checkpoints (files
             ``weights/step_NNNNNNN.pt`` beside the checkpoint), for :func:`average_checkpoints`.
+        batches_per_update: gradient accumulation: this many batches of the loader (micro-batches)
+            make one optimizer update, its loss averaged over all their target tokens, so a batch
+            too large for the memory (the paper's 25,000 tokens) is trained on in parts.
+            ``max_steps``, ``warmup_steps`` and the other step counts count updates.
     """
 
     epochs: int | None = 10
@@ -118,6 +124,7 @@ class TrainConfig:
     progress: bool = True
     compile: bool = False
     keep_weights: int = 0
+    batches_per_update: int = 1
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # type: ignore[assignment]
@@ -125,7 +132,7 @@ class TrainConfig:
             raise ValueError("set epochs or max_steps (or both): otherwise training never stops")
         for name in ("epochs", "max_steps", "eval_every", "checkpoint_every"):
             check_int(name, getattr(self, name), optional=True)
-        for name in ("warmup_steps", "log_every"):
+        for name in ("warmup_steps", "log_every", "batches_per_update"):
             check_int(name, getattr(self, name))
         check_int("keep_weights", self.keep_weights, minimum=0)
         check_number("lr", self.lr, 0, low_open=True, optional=True)
@@ -176,8 +183,14 @@ def _to_device(batch: Any, device: torch.device) -> Any:
     return batch.to(device, non_blocking=True)
 
 
+def _groups(batches: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(batches)  # consecutive lists of `size` batches, the last perhaps shorter
+    while group := list(itertools.islice(iterator, size)):
+        yield group
+
+
 class Trainer:
-    """Trains a model, one optimizer update per batch, and checkpoints it.
+    """Trains a model, one optimizer update per batch (or per `batches_per_update`), and checkpoints it.
 
     One update: the loss of the batch (forward under bf16 autocast on a GPU), averaged over the
     batch's target tokens, backward, gradient clipping, AdamW step, schedule step. Nothing in it
@@ -257,9 +270,10 @@ class Trainer:
         # evaluation always use self.model, so its state_dict keys never gain a "module." (DDP) or
         # "_orig_mod." (torch.compile) prefix.
         self.train_module = _training_module(self.model, self.device, self.world_size, config.compile)
-        self.steps_per_epoch = len(train_loader)  # type: ignore[arg-type]
-        if self.steps_per_epoch == 0:
+        self.batches_per_epoch = len(train_loader)  # type: ignore[arg-type]
+        if self.batches_per_epoch == 0:
             raise ValueError("train_loader yields no batches")
+        self.steps_per_epoch = math.ceil(self.batches_per_epoch / config.batches_per_update)  # optimizer updates
         by_epochs = config.epochs * self.steps_per_epoch if config.epochs is not None else None
         self.total_steps: int = min(s for s in (by_epochs, config.max_steps) if s is not None)
         self.optimizer = make_optimizer(model, config.weight_decay, config.betas, config.adam_eps)
@@ -289,18 +303,19 @@ class Trainer:
 
     # -- one update -----------------------------------------------------------------------------
 
-    def train_step(self, batch: Any) -> Tensor:
-        """One optimizer update on ``batch``; returns the summed (not averaged) loss, detached.
+    def train_step(self, batch: Any, *micro_batches: Any) -> Tensor:
+        """One optimizer update on ``batch`` (and ``micro_batches``, whose gradients accumulate with
+        its own); returns the summed (not averaged) loss, detached.
 
         With several processes, ``batch`` is this process's slice of the batch, and the returned
         loss is summed over all the processes' slices.
         """
         self.train_module.train()
-        batch = _to_device(batch, self.device)
-        with autocast_context(self.device, self.config.amp):
-            loss_sum, n_tokens = self.loss(self.train_module, batch)
         self.optimizer.zero_grad(set_to_none=True)
-        batch_loss, batch_tokens = self._backward(loss_sum, n_tokens)
+        if micro_batches:
+            batch_loss, batch_tokens = self._accumulate([batch, *micro_batches])
+        else:
+            batch_loss, batch_tokens = self._backward(*self._forward(batch))
         finite = torch.isfinite(batch_loss)
         if self.config.clip_norm is not None:
             norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm, foreach=True)
@@ -312,6 +327,28 @@ class Trainer:
         self._window_loss.update(batch_loss, batch_tokens)
         self._epoch_loss.update(batch_loss, batch_tokens)
         return batch_loss
+
+    def _forward(self, batch: Any) -> tuple[Tensor, Tensor | int]:
+        with autocast_context(self.device, self.config.amp):
+            return self.loss(self.train_module, _to_device(batch, self.device))
+
+    def _accumulate(self, micro_batches: list[Any]) -> tuple[Tensor, Tensor]:
+        """Backward of each micro-batch's summed loss, then the gradients divided by the target tokens
+        of them all (over every process): the gradient of their union's mean loss per token, as one
+        batch would give (dividing by each one's tokens would weight a short micro-batch's more)."""
+        totals = torch.zeros(2, dtype=torch.float64, device=self.device)
+        for i, batch in enumerate(micro_batches):  # DDP averages the gradients once, at the last one
+            with contextlib.nullcontext() if i == len(micro_batches) - 1 or self.world_size == 1 else self.train_module.no_sync():
+                loss_sum, n_tokens = self._forward(batch)
+                loss_sum.backward()
+            totals += torch.stack([loss_sum.detach().double(), torch.as_tensor(n_tokens, device=self.device).double()])
+        if self.world_size > 1:
+            dist.all_reduce(totals)
+        scale = self.world_size / totals[1].clamp_min(1.0)  # DDP divided the summed gradients by world_size
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale.to(p.grad.dtype))
+        return totals[0], totals[1]
 
     def _backward(self, loss_sum: Tensor, n_tokens: Tensor | int) -> tuple[Tensor, Tensor | int]:
         """Backward of the mean loss per token; returns the summed loss and token count of the whole batch."""
@@ -347,9 +384,9 @@ class Trainer:
                     sampler.set_epoch(self.epoch)
                 # Resuming mid-epoch: skip the batches this epoch already trained on.
                 batches = itertools.islice(iter(self.train_loader), self.batch_in_epoch, None)
-                for batch in batches:
-                    self.train_step(batch)
-                    self.batch_in_epoch += 1
+                for group in _groups(batches, config.batches_per_update):
+                    self.train_step(*group)
+                    self.batch_in_epoch += len(group)
                     bar.update(1)
                     if self.step % config.log_every == 0:
                         record = self._log()
@@ -361,7 +398,7 @@ class Trainer:
                     ):
                         self.save()
                     # At an epoch's last batch, fall through to the epoch's end (validation, checkpoint).
-                    if self._should_stop() and self.batch_in_epoch < self.steps_per_epoch:
+                    if self._should_stop() and self.batch_in_epoch < self.batches_per_epoch:
                         break
                 else:  # the epoch ran to its end
                     self._end_epoch()
@@ -416,7 +453,7 @@ class Trainer:
         tokens = float(self._window_loss.count)
         record = {
             "step": self.step,
-            "epoch": self.epoch + self.batch_in_epoch / self.steps_per_epoch,
+            "epoch": self.epoch + self.batch_in_epoch / self.batches_per_epoch,
             "loss": self._window_loss.mean,
             "lr": self.scheduler.lr_lambdas[0](self.step - 1),  # the rate of the last update
             "tokens_per_s": tokens / window_s if window_s > 0 else float("nan"),
@@ -453,7 +490,7 @@ class Trainer:
         )
         if self.val_metrics is not None:
             metrics.update(self.val_metrics(self.model))
-        record = {"step": self.step, "epoch": self.epoch + self.batch_in_epoch / self.steps_per_epoch, "elapsed_s": elapsed, **metrics}
+        record = {"step": self.step, "epoch": self.epoch + self.batch_in_epoch / self.batches_per_epoch, "elapsed_s": elapsed, **metrics}
         self.history["val"].append(record)
         if self.on_eval is not None:
             self.on_eval(record)

@@ -18,7 +18,7 @@ from math import isfinite
 import torch
 from torch import Tensor
 
-__all__ = ["check_int", "check_number", "check_choice", "check_token_ids", "check_mask", "check_bias"]
+__all__ = ["check_int", "check_number", "check_choice", "check_bool", "check_token_ids", "check_mask", "check_bias"]
 
 
 def check_int(name: str, value: object, minimum: int = 1, *, optional: bool = False) -> None:
@@ -69,6 +69,20 @@ def check_choice(name: str, value: object, choices: Collection[object]) -> None:
     """
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def check_bool(name: str, value: object) -> None:
+    """``value`` is ``True`` or ``False`` (not ``1``, ``"yes"`` or ``None``, which would read as a
+    setting but mean something else).
+
+    Example:
+        >>> check_bool("qk_norm", "yes")
+        Traceback (most recent call last):
+        ...
+        ValueError: qk_norm must be True or False, got 'yes'
+    """
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def check_token_ids(tokens: Tensor, name: str = "token ids", vocab_size: int | None = None, *, batched: bool = False) -> None:

@@ -11,6 +11,10 @@
     figures     what every chapter's figures share: the architecture map, loss curves, helpers
     attention_figures, masking_figures, embedding_figures, block_figures, training_figures,
     decoding_figures, beyond_figures    each chapter's own figures (chapters 1 to 7)
+    graders     the write-it-yourself exercises graded (``grade_attention(my_attention)``, chapters
+                1 to 6): the library's property checks and references, a report naming each bug
+    pitfalls    the tutorials' bugs reproduced in a few lines each (unscaled scores, a padding-only
+                target mask, a finite mask fill...), which the chapters' checks and the graders catch
 
 Import the modules (``from transformer_lib.book.figures import attention_heatmap``); this file
 imports none of them, so ``transformer_lib.book.experiment`` does not pull in altair.

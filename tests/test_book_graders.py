@@ -1,0 +1,413 @@
+"""The exercise graders: right answers pass, every tutorial bug and common slip is caught and named,
+and no answer, however broken, makes a grader raise.
+
+Each grader is fed the library's own implementation and a second, independent one written here (so a
+grader cannot pass only what equals the library line for line), then the bugs of
+``transformer_lib.book.pitfalls`` and slips written here. Assertions are on the stable identifiers
+(``report.failures[0].check``), never on the prose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_lib.blocks import Residual
+from transformer_lib.book import pitfalls
+from transformer_lib.book.graders import (
+    GradeReport,
+    grade_attention,
+    grade_causal_mask,
+    grade_greedy_decode,
+    grade_label_smoothed_loss,
+    grade_length_batches,
+    grade_masked_attention,
+    grade_multi_head_attention,
+    grade_padding_mask,
+    grade_post_ln_residual,
+    grade_pre_ln_residual,
+    grade_sinusoidal_table,
+    grade_target_mask,
+    grade_target_shift,
+)
+from transformer_lib.decoding import greedy_decode, next_token_logits
+from transformer_lib.embeddings import sinusoidal_table
+from transformer_lib.kv_cache import kv_cache
+from transformer_lib.masking import causal_mask, padding_mask, target_mask
+from transformer_lib.losses import label_smoothed_cross_entropy
+
+# --- Second, independent implementations (written without the library) -----------------------------
+
+
+def einsum_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+    scores = torch.einsum("...td,...ld->...tl", query, key) * query.size(-1) ** -0.5
+    weights = scores.exp() / scores.exp().sum(-1, keepdim=True)
+    return torch.einsum("...tl,...lv->...tv", weights, value)
+
+
+class LoopedHeadsAttention(nn.Module):
+    """Multi-head attention with one head at a time, in a Python loop."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads, self.width = n_heads, d_model // n_heads
+        self.q_proj, self.k_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.v_proj, self.out_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        heads = []
+        for h in range(self.n_heads):
+            part = slice(h * self.width, (h + 1) * self.width)
+            heads.append(einsum_attention(q[..., part], k[..., part], v[..., part]))
+        return self.out_proj(torch.cat(heads, dim=-1))
+
+
+def where_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> Tensor:
+    scores = torch.einsum("...td,...ld->...tl", query, key) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
+    return torch.softmax(scores, dim=-1) @ value
+
+
+def numpy_table(max_len: int, d_model: int) -> Tensor:
+    table = np.zeros((max_len, d_model))
+    for p in range(max_len):
+        for j in range(d_model):
+            angle = p / 10000 ** ((j - j % 2) / d_model)
+            table[p, j] = math.sin(angle) if j % 2 == 0 else math.cos(angle)
+    return torch.from_numpy(table).float()
+
+
+class PreLN(nn.Module):
+    def __init__(self, d_model: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.layer_norm, self.drop = nn.LayerNorm(d_model), nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return x + self.drop(sublayer(self.layer_norm(x)))
+
+
+class PostLN(PreLN):
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return self.layer_norm(x + self.drop(sublayer(x)))
+
+
+def explicit_smoothed_loss(logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int) -> Tensor:
+    V = logits.size(-1)
+    log_p = F.log_softmax(logits, dim=-1)  # (B, T, V)
+    q = F.one_hot(target, V).to(logits.dtype) * (1 - label_smoothing) + label_smoothing / V
+    per_position = -(q * log_p).sum(-1)  # (B, T)
+    keep = target != ignore_index
+    return (per_position * keep).sum() / keep.sum()
+
+
+def batches_by_tokens(sentences: list[str], tokenize: Callable[[str], list[str]], batch_size: int) -> list[list[int]]:
+    order = np.argsort([len(tokenize(s)) for s in sentences], kind="stable").tolist()
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)][::-1]  # any batch order
+
+
+def cached_greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
+                  pad_id: int) -> Tensor:
+    """Greedy decoding with the cache, one row list at a time, stopping when all rows ended."""
+    rows: list[list[int]] = [[] for _ in range(src.size(0))]
+    with torch.no_grad(), kv_cache(model) as cache:
+        memory = model.encode(src, src_mask)
+        last = torch.full((src.size(0), 1), bos_id)
+        for _ in range(max_new_tokens):
+            chosen = next_token_logits(model, last, memory, src_mask, cache).argmax(-1)
+            for row, token in zip(rows, chosen.tolist()):
+                row.append(pad_id if row and row[-1] in (eos_id, pad_id) else token)
+            last = chosen[:, None]
+            if all(eos_id in row for row in rows):
+                break
+    return torch.tensor(rows)
+
+
+def library_greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
+                   pad_id: int) -> Tensor:
+    return greedy_decode(model, src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id, eos_id=eos_id,
+                         pad_id=pad_id)
+
+
+RIGHT_ANSWERS: list[tuple[Callable[[Any], GradeReport], Any]] = [
+    (grade_attention, lambda q, k, v: scaled_dot_product_attention(q, k, v)),
+    (grade_attention, einsum_attention),
+    (grade_multi_head_attention, MultiHeadAttention),
+    (grade_multi_head_attention, LoopedHeadsAttention),
+    (grade_padding_mask, padding_mask),
+    (grade_padding_mask, lambda tokens, pad_id: tokens.ne(pad_id).view(tokens.size(0), 1, 1, -1)),
+    (grade_causal_mask, causal_mask),
+    (grade_causal_mask, lambda n: torch.arange(n)[None, :] <= torch.arange(n)[:, None]),
+    (grade_target_mask, target_mask),
+    (grade_target_mask, lambda tgt, pad: (tgt != pad)[:, None, None, :]
+     & (torch.arange(tgt.size(1))[None, :] <= torch.arange(tgt.size(1))[:, None])),
+    (grade_masked_attention, lambda q, k, v, mask=None: scaled_dot_product_attention(q, k, v, mask)),
+    (grade_masked_attention, where_attention),
+    (grade_sinusoidal_table, sinusoidal_table),
+    (grade_sinusoidal_table, numpy_table),
+    (grade_pre_ln_residual, lambda d_model, dropout=0.0: Residual(d_model, dropout, norm_first=True)),
+    (grade_pre_ln_residual, PreLN),
+    (grade_post_ln_residual, lambda d_model, dropout=0.0: Residual(d_model, dropout, norm_first=False)),
+    (grade_post_ln_residual, PostLN),
+    (grade_label_smoothed_loss, label_smoothed_cross_entropy),
+    (grade_label_smoothed_loss, explicit_smoothed_loss),
+    (grade_target_shift, lambda tgt: (tgt[:, :-1], tgt[:, 1:])),
+    (grade_target_shift, lambda tgt: (tgt.narrow(1, 0, tgt.size(1) - 1), tgt.roll(-1, dims=1)[:, :-1])),
+    (grade_length_batches, batches_by_tokens),
+    (grade_greedy_decode, library_greedy),
+    (grade_greedy_decode, cached_greedy),
+]
+
+
+def _id(value: Any) -> str:
+    return getattr(value, "__name__", type(value).__name__)
+
+
+@pytest.mark.parametrize(("grader", "answer"), RIGHT_ANSWERS, ids=[f"{_id(g)}-{i}" for i, (g, _) in enumerate(RIGHT_ANSWERS)])
+def test_right_answers_pass_every_check(grader: Callable[[Any], GradeReport], answer: Any) -> None:
+    report = grader(answer)
+    assert report.passed, str(report)
+    assert not report.skipped and len(report.passed_checks) >= 2
+    assert str(report).count("✓") == len(report.passed_checks)
+
+
+# --- Slips written here (the pitfalls module holds the tutorials' bugs) ---------------------------
+
+
+def divided_by_d_k(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return torch.softmax(q @ k.transpose(-2, -1) / q.size(-1), dim=-1) @ v
+
+
+def transposed_with_T(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return torch.softmax(q @ k.transpose(0, 1) / math.sqrt(q.size(-1)), dim=-1) @ v  # right for 2-D only
+
+
+class SplitWithoutTransposeMHA(MultiHeadAttention):
+    def split_heads(self, x: Tensor, width: int) -> Tensor:
+        B, L, _ = x.shape
+        return x.view(B, self.n_heads, L, width)  # the bug of chapter 1
+
+
+class ScaledByModelWidth(LoopedHeadsAttention):
+    def forward(self, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+        q = self.q_proj(query) * math.sqrt(self.width / query.size(-1))  # the slip: 1/sqrt(D), not 1/sqrt(D/H)
+        return self.out_proj(torch.cat([
+            einsum_attention(q[..., h * self.width:(h + 1) * self.width], self.k_proj(key)[..., h * self.width:(h + 1) * self.width],
+                             self.v_proj(value)[..., h * self.width:(h + 1) * self.width]) for h in range(self.n_heads)
+        ], dim=-1))
+
+
+def masked_after_softmax(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+    return (weights if mask is None else weights * mask) @ v
+
+
+def annotated_table(max_len: int, d_model: int) -> Tensor:
+    """The Annotated Transformer's positional table (condensed): fails for odd widths."""
+    table = torch.zeros(max_len, d_model)
+    position = torch.arange(max_len)[:, None]
+    div_term = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))
+    table[:, 0::2] = torch.sin(position * div_term)
+    table[:, 1::2] = torch.cos(position * div_term)
+    return table[None]
+
+
+def cos_first_table(max_len: int, d_model: int) -> Tensor:
+    swapped = numpy_table(max_len, d_model)
+    pairs = d_model // 2 * 2
+    swapped[:, 0:pairs:2], swapped[:, 1:pairs:2] = swapped[:, 1:pairs:2].clone(), swapped[:, 0:pairs:2].clone()
+    return swapped
+
+
+class DropoutBuiltInForward(PreLN):
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return x + nn.Dropout(self.drop.p)(sublayer(self.layer_norm(x)))
+
+
+def unstable_loss(logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int) -> Tensor:
+    log_p = logits.softmax(-1).log()  # log(0) = -inf for a very unlikely token
+    q = F.one_hot(target, logits.size(-1)) * (1 - label_smoothing) + label_smoothing / logits.size(-1)
+    keep = target != ignore_index
+    return -(q * log_p).sum(-1)[keep].mean()
+
+
+def loss_with_padding(logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int) -> Tensor:
+    return F.cross_entropy(logits.flatten(0, 1), target.flatten(), label_smoothing=label_smoothing)
+
+
+class ForgetfulCache:
+    """Reports an empty cache, so every new token is placed at position 0 (chapter 6's pitfall)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+    length = 0
+
+
+def greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
+           pad_id: int, *, cache: bool = True, position_zero: bool = False, keep_finished: bool = True) -> Tensor:
+    tokens = torch.full((src.size(0), 1), bos_id)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    with torch.no_grad(), kv_cache(model) if cache else contextlib.nullcontext() as kv:
+        memory = model.encode(src, src_mask)
+        for _ in range(max_new_tokens):
+            if not cache:
+                logits = next_token_logits(model, tokens, memory, src_mask)  # the whole prefix, every step
+            else:
+                logits = next_token_logits(model, tokens[:, -1:], memory, src_mask, ForgetfulCache(kv) if position_zero else kv)
+            chosen = logits.argmax(-1)
+            if keep_finished:
+                chosen = chosen.masked_fill(finished, pad_id)
+            tokens = torch.cat([tokens, chosen[:, None]], dim=1)
+            finished |= chosen == eos_id
+            if bool(finished.all()):
+                break
+    return tokens[:, 1:]
+
+
+BUGS: list[tuple[Callable[[Any], GradeReport], Any, str]] = [
+    # chapter 1
+    (grade_attention, pitfalls.attention_without_scaling, "no_scaling"),
+    (grade_attention, pitfalls.attention_softmax_over_queries, "softmax_wrong_axis"),
+    (grade_attention, divided_by_d_k, "scaled_by_d_k"),
+    (grade_attention, transposed_with_T, "batch_dims"),
+    (grade_multi_head_attention, pitfalls.FullWidthHeadsAttention, "full_width_heads"),
+    (grade_multi_head_attention, pitfalls.DropoutInForwardAttention, "dropout_in_eval"),
+    (grade_multi_head_attention, SplitWithoutTransposeMHA, "split_heads_without_transpose"),
+    (grade_multi_head_attention, ScaledByModelWidth, "scaled_by_d_model"),
+    # chapter 2
+    (grade_padding_mask, pitfalls.query_side_padding_mask, "keys_masked_not_queries"),
+    (grade_padding_mask, lambda tokens, pad: (tokens == pad)[:, None, None, :], "mask_polarity"),
+    (grade_padding_mask, lambda tokens, pad: tokens != pad, "mask_shape"),
+    (grade_padding_mask, lambda tokens, pad: (tokens != 0)[:, None, None, :], "pad_id_ignored"),
+    (grade_padding_mask, lambda tokens, pad: (tokens != pad).float()[:, None, None, :], "mask_dtype"),
+    (grade_causal_mask, lambda n: torch.ones(n, n, dtype=torch.bool).triu(1), "mask_polarity"),
+    (grade_causal_mask, lambda n: torch.ones(n, n, dtype=torch.bool).tril(1), "causal_peeks_ahead"),
+    (grade_causal_mask, lambda n: torch.ones(n, n, dtype=torch.bool), "no_causal_mask"),
+    (grade_causal_mask, nn.Transformer.generate_square_subsequent_mask, "mask_dtype"),
+    (grade_target_mask, pitfalls.padding_only_target_mask, "no_causal_mask"),
+    (grade_target_mask, lambda tgt, pad: causal_mask(tgt.size(1)), "no_padding_mask"),
+    (grade_target_mask, lambda tgt, pad: pitfalls.query_side_padding_mask(tgt, pad) & causal_mask(tgt.size(1)),
+     "keys_masked_not_queries"),
+    (grade_masked_attention, pitfalls.attention_unassigned_masked_fill, "mask_not_applied"),
+    (grade_masked_attention, pitfalls.attention_flipped_mask, "mask_polarity"),
+    (grade_masked_attention, pitfalls.attention_with_finite_fill, "fill_overflows_float16"),
+    (grade_masked_attention, functools.partial(pitfalls.attention_with_finite_fill, fill=-1e4), "finite_fill_leaks"),
+    (grade_masked_attention, masked_after_softmax, "masked_after_softmax"),
+    (grade_masked_attention, pitfalls.attention_without_scaling, "no_scaling"),
+    # chapter 3
+    (grade_sinusoidal_table, annotated_table, "odd_width"),
+    (grade_sinusoidal_table, cos_first_table, "sin_cos_swapped"),
+    (grade_sinusoidal_table, lambda n, d: numpy_table(n + 1, d)[1:], "positions_start_at_one"),
+    # chapter 4
+    (grade_pre_ln_residual, pitfalls.NormalisedInputResidual, "residual_adds_normalised_input"),
+    (grade_pre_ln_residual, PostLN, "post_ln_instead"),
+    (grade_post_ln_residual, PreLN, "pre_ln_instead"),
+    (grade_pre_ln_residual, DropoutBuiltInForward, "dropout_in_eval"),
+    # chapter 5
+    (grade_target_shift, pitfalls.targets_without_shift, "off_by_one_shift"),
+    (grade_target_shift, lambda tgt: (tgt[:, 1:], tgt[:, :-1]), "off_by_one_shift"),
+    (grade_label_smoothed_loss, loss_with_padding, "padding_not_ignored"),
+    (grade_label_smoothed_loss, unstable_loss, "numerically_unstable"),
+    (grade_label_smoothed_loss, lambda *a: torch.tensor(explicit_smoothed_loss(*a).item()), "not_differentiable"),
+    (grade_length_batches, pitfalls.batches_sorted_by_characters, "sorted_by_characters"),
+    # chapter 6
+    (grade_greedy_decode, functools.partial(greedy, cache=False), "cache_not_used"),
+    (grade_greedy_decode, functools.partial(greedy, position_zero=True), "positions_restart_at_zero"),
+    (grade_greedy_decode, functools.partial(greedy, keep_finished=False), "no_padding_after_eos"),
+]
+
+
+@pytest.mark.parametrize(("grader", "answer", "check"), BUGS, ids=[f"{_id(g)}-{c}" for g, _, c in BUGS])
+def test_each_bug_is_caught_and_named(grader: Callable[[Any], GradeReport], answer: Any, check: str) -> None:
+    report = grader(answer)
+    assert not report.passed
+    assert report.failures[0].check == check, str(report)
+    assert f"✗ {check}:" in str(report) and f"`{check}`" in report._repr_markdown_()
+    assert report.failures[0].hint, "a failure says what to do"
+
+
+# --- Broken answers never break a grader -----------------------------------------------------------
+
+GRADERS = [grade_attention, grade_multi_head_attention, grade_padding_mask, grade_causal_mask, grade_target_mask,
+           grade_masked_attention, grade_sinusoidal_table, grade_pre_ln_residual, grade_post_ln_residual,
+           grade_label_smoothed_loss, grade_target_shift, grade_length_batches, grade_greedy_decode]
+
+
+def not_written(*args: Any, **kwargs: Any) -> Any:
+    """The exercise's starter cell."""
+    raise NotImplementedError
+
+
+def _raises(*args: Any, **kwargs: Any) -> Any:
+    raise ValueError("something inside went wrong")
+
+
+def _nan(*args: Any, **kwargs: Any) -> Tensor:
+    return torch.full((2, 3), float("nan"))
+
+
+BROKEN = {
+    "raises": _raises,
+    "returns None": lambda *args, **kwargs: None,
+    "returns a string": lambda *args, **kwargs: "attention",
+    "returns NaN of a wrong shape": _nan,
+    "returns a scalar": lambda *args, **kwargs: torch.tensor(1.0),
+    "is not callable": 42,
+}
+
+
+@pytest.mark.parametrize("grader", GRADERS, ids=_id)
+@pytest.mark.parametrize("answer", list(BROKEN.values()), ids=list(BROKEN))
+def test_broken_answers_get_a_report_not_an_exception(grader: Callable[[Any], GradeReport], answer: Any) -> None:
+    report = grader(answer)
+    assert not report.passed and not report
+    assert report.failures and all(f.check and f.message for f in report.failures)
+    assert report.failed_checks == list(dict.fromkeys(report.failed_checks)), "one bug, reported once"
+
+
+@pytest.mark.parametrize("grader", GRADERS, ids=_id)
+def test_the_starter_cell_is_told_to_write_the_answer_first(grader: Callable[[Any], GradeReport]) -> None:
+    report = grader(not_written)
+    assert report.failed_checks == ["not_implemented"]
+    assert not report.passed_checks
+
+
+def test_a_failure_shows_the_smallest_input_the_right_output_and_the_readers() -> None:
+    failure = grade_attention(pitfalls.attention_without_scaling).failures[0]
+    # d_k = 1 cannot show a missing 1/sqrt(d_k): the first case that can is T = 2, L = 3, d_k = 2
+    assert failure.example.startswith("query (2, 2):") and "key (3, 2):" in failure.example
+    expected, got = (torch.tensor(eval(printed)) for printed in (failure.expected, failure.got))  # nested lists
+    assert expected.shape == got.shape == (2, 1) and not torch.allclose(expected, got, atol=1e-3)
+    peeks = grade_causal_mask(lambda n: torch.ones(n, n, dtype=torch.bool).tril(1)).failures[0]
+    assert peeks.example == "n = 2", "n = 1 has no key after the query"
+    assert peeks.expected == "[[1, 0],\n [1, 1]]" and peeks.got == "[[1, 1],\n [1, 1]]"
+
+
+def test_reports_read_on_a_phone_and_as_markdown() -> None:
+    report = grade_masked_attention(pitfalls.attention_unassigned_masked_fill)
+    text = str(report)
+    assert repr(report) == text and text.startswith("Attention with a mask: ")
+    assert max(len(line) for line in text.splitlines()) <= 80, max(text.splitlines(), key=len)
+    markdown = report._repr_markdown_()
+    assert markdown.count("```") % 2 == 0 and "*Hint:*" in markdown
+    passed = grade_masked_attention(lambda q, k, v, mask=None: scaled_dot_product_attention(q, k, v, mask))
+    assert str(passed).splitlines()[0].endswith(f"all {len(passed.passed_checks)} checks passed")
+
+
+@pytest.mark.parametrize("answer", [MultiHeadAttention, pitfalls.DropoutInForwardAttention], ids=_id)
+def test_grading_leaves_the_global_random_state_alone(answer: Any) -> None:
+    before = torch.get_rng_state()
+    grade_multi_head_attention(answer)
+    assert torch.equal(torch.get_rng_state(), before)

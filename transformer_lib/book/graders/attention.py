@@ -1,0 +1,294 @@
+"""Chapter 1's graders: scaled dot-product attention, and multi-head attention.
+
+Shapes: ``T`` queries, ``L`` keys, ``Dk`` query/key width, ``Dv`` value width, ``B`` batch, ``H``
+heads, ``D`` model width.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_lib.attention import MultiHeadAttention
+from transformer_lib.properties import assert_deterministic, assert_permutation_equivariant
+from transformer_lib.reference import torch_multihead_attention
+
+from .. import pitfalls
+from .report import (
+    Case, GradeReport, Grading, KnownBug, Problem, as_output, call, expect_cases_close, expect_close, expect_finite,
+    expect_shape, fmt_inputs, inputs, property_check,
+)
+
+__all__ = ["grade_attention", "grade_multi_head_attention"]
+
+# (leading dimensions, T, L, Dk, Dv), smallest first: the first case that fails is the one shown.
+# Dk = 1 cannot tell a missing 1/sqrt(Dk) apart, T = 1 shows a softmax over the wrong axis at once.
+ATTENTION_CASES = [
+    ((), 1, 2, 1, 1),
+    ((), 2, 3, 2, 1),
+    ((), 3, 2, 4, 3),
+    ((2,), 3, 4, 4, 2),
+    ((2, 3), 2, 5, 8, 3),
+]
+
+
+def _attention_bugs(q: Tensor, k: Tensor, v: Tensor) -> list[KnownBug]:
+    def softmax_of(scores: Tensor, dim: int = -1) -> Tensor:
+        return torch.softmax(scores, dim=dim) @ v
+
+    raw = q @ k.transpose(-2, -1)  # (..., T, L)
+    d_k = q.size(-1)
+    return [
+        KnownBug("no_scaling", "the scores are not divided by √d_k",
+                 "divide q·kᵀ by math.sqrt(d_k), with d_k = query.size(-1), before the softmax",
+                 lambda: pitfalls.attention_without_scaling(q, k, v)[0]),
+        KnownBug("scaled_by_d_k", "the scores are divided by d_k, not by √d_k",
+                 "the paper divides by the square root: math.sqrt(d_k)", lambda: softmax_of(raw / d_k)),
+        KnownBug("softmax_wrong_axis", "the softmax runs over the queries, not over the keys",
+                 "each query's weights must sum to one: torch.softmax(scores, dim=-1)",
+                 lambda: pitfalls.attention_softmax_over_queries(q, k, v)[0]),
+        KnownBug("values_not_used", "the weights multiply the queries or keys, not the values",
+                 "the output is weights @ value", lambda: torch.softmax(raw / math.sqrt(d_k), -1) @ q),
+    ]
+
+
+def _attention_case(index: int) -> tuple[Tensor, Tensor, Tensor, str]:
+    lead, T, L, d_k, d_v = ATTENTION_CASES[index]
+    q, k, v = (inputs(*lead, n, d, seed=10 * index + j) for j, (n, d) in enumerate([(T, d_k), (L, d_k), (L, d_v)]))
+    return q, k, v, fmt_inputs(query=q, key=k, value=v)
+
+
+def _shape_hint(got: Tensor, q: Tensor, k: Tensor, v: Tensor) -> str:
+    if got.shape == (*q.shape[:-1], k.size(-2)):
+        return "that is the shape of the weights (..., T, L): the output is weights @ value"
+    if got.dim() != q.dim():
+        return "keep the leading (batch, head) dimensions: transpose with key.transpose(-2, -1), not key.T"
+    return "the output has one row per query and the width of the values: (..., T, Dv)"
+
+
+def grade_attention(fn: Callable[..., Any]) -> GradeReport:
+    """Grade the reader's scaled dot-product attention.
+
+    ``fn(query, key, value)`` with ``query (..., T, Dk)``, ``key (..., L, Dk)``, ``value (..., L, Dv)``
+    must return ``softmax(query keyᵀ / √Dk) value`` ``(..., T, Dv)``, or a tuple ``(output, weights)``.
+    Checked against ``F.scaled_dot_product_attention`` on cases from one query to batches of heads,
+    for float64 inputs, and for permutation equivariance (:mod:`transformer_lib.properties`).
+
+    Example:
+        >>> from transformer_lib.attention import scaled_dot_product_attention
+        >>> grade_attention(scaled_dot_product_attention).passed
+        True
+    """
+    grading = Grading("Scaled dot-product attention")
+    results: dict[str, Tensor | None] = {}
+
+    def runs() -> None:
+        q, k, v, example = _attention_case(0)
+        out, weights = as_output(call(fn, q, k, v, what="your attention", example=example), "your attention", example)
+        expect_shape(out, (1, 1), what="the output", example=example, hint=_shape_hint(out, q, k, v))
+        expect_finite(out, what="the output", example=example)
+        results["weights"] = weights
+
+    def case(index: int) -> Case:
+        q, k, v, example = _attention_case(index)
+        what = f"your attention on a {q.dim()}-D input"
+        try:
+            out, _ = as_output(call(fn, q, k, v, what=what, example=example), what, example)
+            expect_shape(out, (*q.shape[:-1], v.size(-1)), what="the output", example=example,
+                         hint=_shape_hint(out, q, k, v))
+        except Problem as problem:
+            if q.dim() == 2 or problem.failure.check not in ("raises", "output_shape"):
+                raise
+            raise Problem("batch_dims", f"{problem.failure.message}, while 2-D inputs work",
+                          example=example, hint="leading (batch, head) dimensions must pass through: "
+                          "transpose the key with key.transpose(-2, -1) (key.T and transpose(0, 1) "
+                          "reverse or swap the wrong dimensions)") from None
+        return out, F.scaled_dot_product_attention(q, k, v), example, _attention_bugs(q, k, v)
+
+    def matches_reference() -> None:
+        expect_cases_close((lambda i=i: case(i) for i in range(len(ATTENTION_CASES))), check="matches_reference",
+                           message="the output differs from F.scaled_dot_product_attention",
+                           hint="compare each step with the formula softmax(Q Kᵀ / √d_k) V")
+
+    def weights_are_a_distribution() -> None:
+        q, k, v, example = _attention_case(3)
+        _, weights = as_output(call(fn, q, k, v, what="your attention", example=example), "your attention", example)
+        expected = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+        expect_close(weights, expected, check="weights", example=example,
+                     message="the weights returned next to the output are not softmax(Q Kᵀ / √d_k)",
+                     hint="return the weights after the softmax: shape (..., T, L), each row summing to one")
+
+    def keeps_float64() -> None:
+        q, k, v, example = (t.double() if isinstance(t, Tensor) else t for t in _attention_case(2))
+        out, _ = as_output(call(fn, q, k, v, what="your attention in float64", example=example), "", example)
+        if out.dtype != torch.float64:
+            raise Problem("dtype", f"float64 inputs give a {out.dtype} output", example=example,
+                          hint="build no float32 tensor inside (torch.tensor(...) without dtype=, .float()); "
+                               "math.sqrt(d_k) is a Python number and keeps the dtype")
+
+    def permutation_equivariant() -> None:
+        x = inputs(2, 5, 4, seed=7)
+        example = fmt_inputs(x=x) + "\n(self-attention: query = key = value = x)"
+        self_attention = lambda x: as_output(call(fn, x, x, x, what="your attention"), "your attention")[0]  # noqa: E731
+        property_check("permutation_equivariance", lambda: assert_permutation_equivariant(self_attention, x),
+                       example=example, hint="attention must treat its keys as a set: no position may be special")
+
+    with grading:
+        grading.check("runs, and returns (..., T, Dv) with finite values", runs, gate=True)
+        matched = grading.check("equals F.scaled_dot_product_attention: one query, cross-attention "
+                                "(T ≠ L, Dv ≠ Dk), with batch and head dimensions", matches_reference)
+        if matched and results.get("weights") is not None:
+            grading.check("the weights it returns are softmax(Q Kᵀ / √d_k), rows summing to one",
+                          weights_are_a_distribution)
+        grading.check("keeps the dtype: float64 in, float64 out", keeps_float64)
+        grading.check("permutation-equivariant: shuffled tokens give shuffled outputs "
+                      "(transformer_lib.properties)", permutation_equivariant)
+    return grading.report
+
+
+# --- Multi-head attention -------------------------------------------------------------------------
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
+
+
+def _mha_variant(ref: MultiHeadAttention, query: Tensor, key: Tensor, *, split: str = "right",
+                 merge: str = "right", scale: float | None = None) -> Tensor:
+    """The library layer's computation with one step done a known wrong way (for naming bugs)."""
+    B, T, _ = query.shape
+    L, H = key.size(1), ref.n_heads
+
+    def heads(x: Tensor, n: int) -> Tensor:
+        if split == "right":
+            return x.view(B, n, H, -1).transpose(1, 2)  # (B, H, n, Dh)
+        return x.view(B, H, n, -1)  # the bug: positions mixed into heads
+
+    q, k, v = heads(ref.q_proj(query), T), heads(ref.k_proj(key), L), heads(ref.v_proj(key), L)
+    scale = math.sqrt(q.size(-1)) if scale is None else scale
+    out = torch.softmax(q @ k.transpose(-2, -1) / scale, dim=-1) @ v  # (B, H, T, Dh)
+    merged = out.transpose(1, 2).reshape(B, T, -1) if merge == "right" else out.reshape(B, T, -1)
+    return ref.out_proj(merged)  # (B, T, D)
+
+
+def _mha_bugs(ref: MultiHeadAttention, query: Tensor, key: Tensor) -> list[KnownBug]:
+    D = query.size(-1)
+    return [
+        KnownBug("split_heads_without_transpose", "the heads are split by a reshape that mixes positions into heads",
+                 "reshape (B, T, H·Dh) to (B, T, H, Dh) first, then .transpose(1, 2) to (B, H, T, Dh)",
+                 lambda: _mha_variant(ref, query, key, split="wrong")),
+        KnownBug("merge_heads_without_transpose", "the heads are merged by a reshape that mixes heads into positions",
+                 "transpose (B, H, T, Dh) to (B, T, H, Dh) first, then reshape to (B, T, H·Dh)",
+                 lambda: _mha_variant(ref, query, key, merge="wrong")),
+        KnownBug("scaled_by_d_model", "the scores are divided by √d_model instead of the head width √(d_model / H)",
+                 "d_k is the width of one head's queries: d_model // n_heads", lambda: _mha_variant(ref, query, key, scale=math.sqrt(D))),
+        KnownBug("no_scaling", "the scores are not divided by √d_k", "divide by math.sqrt(d_model // n_heads)",
+                 lambda: _mha_variant(ref, query, key, scale=1.0)),
+    ]
+
+
+def _projections(module: nn.Module) -> dict[str, nn.Linear] | None:
+    found = {name: getattr(module, name, None) for name in PROJECTIONS}
+    return found if all(isinstance(p, nn.Linear) for p in found.values()) else None  # type: ignore[return-value]
+
+
+def grade_multi_head_attention(layer_class: Callable[[int, int], nn.Module], d_model: int = 8, n_heads: int = 2) -> GradeReport:
+    """Grade the reader's multi-head attention layer.
+
+    ``layer_class(d_model, n_heads)`` must build an ``nn.Module`` with four ``nn.Linear``
+    projections ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj`` (heads of width
+    ``d_model // n_heads``), whose ``forward(query, key, value)`` returns ``(B, T, d_model)`` (or a
+    tuple starting with it). Checked: the parameter count and head width (against
+    ``nn.MultiheadAttention``), determinism in ``eval()`` mode, equality with
+    ``nn.MultiheadAttention`` given the same weights (self- and cross-attention; the library's
+    ``MultiHeadAttention`` with one step done wrong names the bug), and permutation equivariance.
+
+    Example:
+        >>> grade_multi_head_attention(MultiHeadAttention).passed
+        True
+    """
+    grading = Grading("Multi-head attention")
+    name = getattr(layer_class, "__name__", "your layer")
+    state: dict[str, Any] = {}
+    x = inputs(2, 3, d_model, seed=1)
+    memory = inputs(2, 4, d_model, seed=2)
+    example = fmt_inputs(query=x) + "\n(self-attention: query = key = value)"
+
+    def forward(module: nn.Module, query: Tensor, key: Tensor) -> Tensor:
+        return as_output(call(module, query, key, key, what=f"{name}.forward", example=example), f"{name}.forward", example)[0]
+
+    def builds_and_runs() -> None:
+        module = call(layer_class, d_model, n_heads, what=f"{name}({d_model}, {n_heads})")
+        if not isinstance(module, nn.Module):
+            raise Problem("not_a_module", f"{name}({d_model}, {n_heads}) is a {type(module).__name__}, not an nn.Module",
+                          hint="subclass nn.Module and call super().__init__() first")
+        state["module"] = module.eval()
+        out = forward(module, x, x)
+        expect_shape(out, tuple(x.shape), what="the output", example=example,
+                     hint="merge the heads back to (B, T, H·Dh) and apply out_proj")
+
+    def size() -> None:
+        module = state["module"]
+        projections = _projections(module)
+        bias = projections is None or projections["q_proj"].bias is not None
+        expected = sum(p.numel() for p in nn.MultiheadAttention(d_model, n_heads, bias=bias).parameters())
+        count = sum(p.numel() for p in module.parameters())
+        if projections is not None and projections["q_proj"].out_features == n_heads * d_model:
+            raise Problem(
+                "full_width_heads",
+                f"each of the {n_heads} heads projects to {d_model} dimensions, not d_model / n_heads = "
+                f"{d_model // n_heads}: {count:,} parameters, {count / expected:.1f}x the {expected:,} of "
+                f"nn.MultiheadAttention({d_model}, {n_heads})",
+                hint=f"q_proj, k_proj and v_proj map {d_model} to {d_model} (all heads together); "
+                     "split their output into heads of width d_model // n_heads",
+            )
+        if count != expected:
+            raise Problem("parameter_count", f"{count:,} parameters, expected {expected:,} "
+                          f"(four {d_model}x{d_model} matrices and {'their biases' if bias else 'no biases'})",
+                          hint="multi-head attention has the four projections and nothing else")
+        if projections is None:
+            raise Problem("projection_names", "the projections are not four nn.Linear named "
+                          "q_proj, k_proj, v_proj, out_proj, so its weights cannot be compared",
+                          hint="name them as in the exercise; a packed qkv projection is fine in practice, but not here")
+        state["projections"] = projections
+
+    def deterministic() -> None:
+        property_check("dropout_in_eval", lambda: assert_deterministic(lambda x: forward(state["module"], x, x), x),
+                       example=example)
+
+    def matches_reference() -> None:
+        ref = MultiHeadAttention(d_model, n_heads, bias=state["projections"]["q_proj"].bias is not None).eval()
+        ref.load_state_dict({f"{p}.{w}": t for p, lin in state["projections"].items() for w, t in lin.state_dict().items()})
+        theirs = torch_multihead_attention(ref).eval()
+
+        def case(query: Tensor, key: Tensor) -> Case:
+            got = forward(state["module"], query, key)
+            with torch.no_grad():  # PyTorch's layer is the reference; ours, with one step wrong, names bugs
+                expected = theirs(query, key, key)[0]
+            return got, expected, fmt_inputs(query=query, key=key) + "\n(value = key)", _mha_bugs(ref, query, key)
+
+        expect_cases_close((lambda q=q, k=k: case(q, k) for q, k in ((x, x), (x, memory))), check="matches_reference",
+                           message="with your weights, nn.MultiheadAttention gives another output",
+                           hint="trace the shapes: project, split into heads, attend, merge, out_proj")
+
+    def permutation_equivariant() -> None:
+        property_check("permutation_equivariance",
+                       lambda: assert_permutation_equivariant(lambda x: forward(state["module"], x, x), x),
+                       example=example, hint="a reshape that mixes positions into heads breaks it (chapter 1)")
+
+    with grading:
+        grading.check(f"builds with ({d_model}, {n_heads}), and maps (B, T, D) to (B, T, D)", builds_and_runs, gate=True)
+        sized = grading.check(f"as many parameters as nn.MultiheadAttention({d_model}, {n_heads}): heads of "
+                              "width d_model / n_heads", size)
+        grading.check("deterministic in eval() mode (no dropout left on)", deterministic, gate=True)
+        if sized:
+            grading.check("equals nn.MultiheadAttention with the same weights, in self- and cross-attention",
+                          matches_reference)
+        else:
+            grading.skip("the comparison with nn.MultiheadAttention, which needs its four projections")
+        grading.check("permutation-equivariant (transformer_lib.properties)", permutation_equivariant)
+    return grading.report
+

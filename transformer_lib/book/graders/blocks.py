@@ -1,0 +1,185 @@
+"""Chapter 4's graders: the residual connection with its LayerNorm, Pre-LN and Post-LN.
+
+The reader's module has the interface of :class:`transformer_lib.blocks.Residual`:
+``Module(d_model, dropout=0.0)`` and ``forward(x, sublayer) -> (B, T, D)``. Shapes: ``B`` batch,
+``T`` positions, ``D`` width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lib.blocks import Residual
+from transformer_lib.properties import assert_deterministic
+
+from .report import (
+    Case, GradeReport, Grading, KnownBug, Problem, call, expect_cases_close, expect_close, expect_shape, fmt_inputs,
+    inputs, property_check,
+)
+
+__all__ = ["grade_pre_ln_residual", "grade_post_ln_residual"]
+
+D = 8  # the width every check uses
+
+
+def _residual_bugs(x: Tensor, f: Callable[[Tensor], Tensor], norm: nn.Module, norm_first: bool) -> list[KnownBug]:
+    def named(check: str, message: str, hint: str, output: Callable[[], Tensor]) -> KnownBug:
+        return KnownBug(check, message, hint, lambda: output().detach())
+
+    bugs = [
+        named("residual_adds_normalised_input", "the residual adds the normalised input: LN(x) + f(LN(x)). The "
+              "identity path from input to output, the point of Pre-LN, is gone",
+              "keep x for the residual: return x + self.dropout(sublayer(self.norm(x))), without first "
+              "overwriting x with self.norm(x)", lambda: norm(x) + f(norm(x))),
+        named("post_ln_instead", "this is Post-LN: LN(x + f(x))", "Pre-LN normalises the sublayer's input: "
+              "x + dropout(f(LN(x)))", lambda: norm(x + f(x))),
+        named("pre_ln_instead", "this is Pre-LN: x + f(LN(x))", "Post-LN normalises after the addition: "
+              "LN(x + dropout(f(x)))", lambda: x + f(norm(x))),
+        named("norm_on_sublayer_output", "the LayerNorm is applied to the sublayer's output: x + LN(f(x))",
+              "Pre-LN: x + f(LN(x)); Post-LN: LN(x + f(x))", lambda: x + norm(f(x))),
+        named("no_residual", "the input is not added back: there is no residual connection",
+              "add the block's input x to the sublayer's output",
+              lambda: f(norm(x)) if norm_first else norm(f(x))),
+        named("norm_not_applied", "the LayerNorm is never applied: x + f(x)", "use self.norm where it belongs",
+              lambda: x + f(x)),
+    ]
+    wrong_placement = "post_ln_instead" if norm_first else "pre_ln_instead"
+    return [b for b in bugs if b.check not in ("pre_ln_instead", "post_ln_instead") or b.check == wrong_placement]
+
+
+def _example(x: Tensor, W: Tensor, sublayer: str) -> str:
+    shown = fmt_inputs(x=x, W=W) if "W" in sublayer else fmt_inputs(x=x)
+    return f"{shown}\nsublayer: {sublayer}"
+
+
+def _grade_residual(module_class: Callable[..., nn.Module], norm_first: bool) -> GradeReport:
+    kind = "Pre-LN" if norm_first else "Post-LN"
+    grading = Grading(f"{kind} residual connection")
+    name = getattr(module_class, "__name__", "your module")
+    formula = "x + dropout(f(LN(x)))" if norm_first else "LN(x + dropout(f(x)))"
+    x = 3.0 + inputs(2, 3, D, seed=40)  # a mean and a scale for the LayerNorm to remove
+    W = inputs(D, D, seed=41) / 4
+    sublayers: dict[str, Callable[[Tensor], Tensor]] = {
+        "f(h) = 0": torch.zeros_like,
+        "f(h) = h Wᵀ": lambda h: h @ W.T,
+        "f(h) = tanh(h Wᵀ)": lambda h: torch.tanh(h @ W.T),
+    }
+    state: dict[str, Any] = {}
+
+    def build(*args: Any) -> nn.Module:
+        what = f"{name}({', '.join(map(repr, args))})"
+        module = call(module_class, *args, what=what)
+        if not isinstance(module, nn.Module):
+            raise Problem("not_a_module", f"{what} is a {type(module).__name__}, not an nn.Module",
+                          hint="subclass nn.Module and call super().__init__() first")
+        return module.eval()
+
+    def run(module: nn.Module, f_name: str, x: Tensor = x) -> Tensor:
+        example = _example(x, W, f_name)
+        out = call(module, x, sublayers[f_name], what=f"{name}.forward(x, sublayer)", example=example)
+        if not isinstance(out, Tensor):
+            raise Problem("returns_tensor", f"forward returned {type(out).__name__}, not a tensor", example=example)
+        return out
+
+    def builds_and_runs() -> None:
+        state["module"] = module = build(D)
+        expect_shape(run(module, "f(h) = h Wᵀ"), tuple(x.shape), what="the output", example=fmt_inputs(x=x))
+
+    def one_layer_norm() -> None:
+        norms = [m for m in state["module"].modules() if isinstance(m, nn.LayerNorm)]
+        if len(norms) != 1:
+            raise Problem("layer_norm", f"the module holds {len(norms)} nn.LayerNorm, expected exactly one",
+                          hint="create self.norm = nn.LayerNorm(d_model) in __init__ (the comparison copies its "
+                               "parameters into transformer_lib.blocks.Residual)")
+        norm = norms[0]
+        generator = torch.Generator().manual_seed(42)
+        with torch.no_grad():  # parameters away from 1 and 0, so that a misplaced norm shows
+            if norm.weight is not None:
+                norm.weight.copy_(1.0 + torch.rand(D, generator=generator))
+                norm.bias.copy_(torch.rand(D, generator=generator) - 0.5)
+        reference = Residual(D, 0.0, norm_first=norm_first).eval()
+        reference.norm.eps = norm.eps
+        with torch.no_grad():
+            reference.norm.weight.copy_(norm.weight if norm.weight is not None else torch.ones(D))
+            reference.norm.bias.copy_(norm.bias if norm.bias is not None else torch.zeros(D))
+        state["norm"], state["reference"] = norm, reference
+
+    def compared(f_name: str) -> Case:
+        got = run(state["module"], f_name)
+        f = sublayers[f_name]
+        with torch.no_grad():
+            expected = state["reference"](x, f)
+        example = _example(x, W, f_name)
+        return got.detach(), expected, example, _residual_bugs(x, f, state["norm"], norm_first)
+
+    def matches_reference() -> None:
+        expect_cases_close((lambda f=f: compared(f) for f in sublayers), check="matches_reference",
+                           message=f"the output differs from transformer_lib.blocks.Residual ({formula})",
+                           hint=f"{kind}: {formula}")
+
+    def dropout_checks() -> None:
+        module = build(D, 0.5)
+        example = _example(x, W, "f(h) = h Wᵀ") + "\ndropout = 0.5"
+        property_check("dropout_in_eval", lambda: assert_deterministic(lambda x: run(module, "f(h) = h Wᵀ", x), x),
+                       example=example)
+        module.train()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            trained, zero = run(module, "f(h) = h Wᵀ"), run(module, "f(h) = 0")
+        module.eval()
+        if bool(torch.allclose(trained, run(module, "f(h) = h Wᵀ"))):
+            raise Problem("dropout_not_applied", "with dropout = 0.5, training mode gives the same output as eval()",
+                          example=example, hint="apply self.dropout (an nn.Dropout(dropout) made in __init__) to "
+                                                "the sublayer's output")
+        # f = 0: dropping parts of f's output changes nothing, so training must give eval()'s output
+        expect_close(zero.detach(), run(module, "f(h) = 0").detach(), check="dropout_placement",
+                     example=fmt_inputs(x=x) + "\nsublayer: f(h) = 0, dropout = 0.5, training mode",
+                     message="with a sublayer that adds nothing, training mode still changes the output: "
+                             "dropout acts on the residual path too, not only on the sublayer's output",
+                     hint=f"{kind}: {formula}, dropout around f's output only")
+
+    with grading:
+        grading.check(f"builds with d_model = {D} and maps (B, T, D) to (B, T, D)", builds_and_runs, gate=True)
+        if grading.check("holds one nn.LayerNorm(d_model)", one_layer_norm):
+            grading.check(f"equals transformer_lib.blocks.Residual(norm_first={norm_first}): {formula}, "
+                          "for f = 0 " + ("(the identity path: x itself)" if norm_first else "(LN(x))")
+                          + ", a linear and a nonlinear f", matches_reference)
+        else:
+            grading.skip("the comparison with transformer_lib.blocks.Residual, which copies the LayerNorm")
+        grading.check("dropout: on in training, on the sublayer's output only; off in eval()", dropout_checks)
+    return grading.report
+
+
+def grade_pre_ln_residual(module_class: Callable[..., nn.Module]) -> GradeReport:
+    """Grade the reader's Pre-LN residual connection: ``x + dropout(sublayer(LayerNorm(x)))``.
+
+    ``module_class(d_model, dropout=0.0)`` must hold one ``nn.LayerNorm(d_model)``, and
+    ``forward(x, sublayer)`` return the Pre-LN output. Checked against
+    :class:`transformer_lib.blocks.Residual` with ``norm_first=True`` (the same LayerNorm
+    parameters) for a zero, a linear and a nonlinear sublayer: with ``f = 0`` the block must return
+    ``x`` itself, the identity path Pre-LN exists for. Then dropout: random in training, on the
+    sublayer's output only, off in ``eval()`` (no ``nn.Dropout`` built in ``forward``).
+
+    Example:
+        >>> grade_pre_ln_residual(lambda d_model, dropout=0.0: Residual(d_model, dropout, norm_first=True)).passed
+        True
+    """
+    return _grade_residual(module_class, norm_first=True)
+
+
+def grade_post_ln_residual(module_class: Callable[..., nn.Module]) -> GradeReport:
+    """Grade the reader's Post-LN residual connection (the paper's): ``LayerNorm(x + dropout(sublayer(x)))``.
+
+    The interface and checks of :func:`grade_pre_ln_residual`, against
+    :class:`transformer_lib.blocks.Residual` with ``norm_first=False``; with ``f = 0`` the block
+    returns ``LayerNorm(x)``.
+
+    Example:
+        >>> grade_post_ln_residual(lambda d_model, dropout=0.0: Residual(d_model, dropout)).passed
+        True
+    """
+    return _grade_residual(module_class, norm_first=False)

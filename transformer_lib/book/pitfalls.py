@@ -1,0 +1,353 @@
+"""Bugs from the tutorials this book was written from, and common slips, as small pieces of code.
+
+Each pitfall reproduces a bug's *logic* (written anew here, not copied) in the shape of an answer
+to one of the book's exercises, so the exercise's grader (:mod:`transformer_lib.book.graders`) can
+be run on it, and names it. Where the effect is worth a number, a helper measures it: computed,
+never typed. Issue 29 of this project reviewed five tutorials (pi-tau's "An even more annotated
+Transformer", AiEdge's code examples, uriyeobi's annotated Transformer, hkproj-style annotated
+implementations, a blog walk-through); the docstrings say which bug was seen where.
+
+    chapter 1   attention_without_scaling, attention_softmax_over_queries,
+                FullWidthHeadsAttention (attention_parameter_ratio),
+                DropoutInForwardAttention (eval_mode_variation)
+    chapter 2   query_side_padding_mask (self_attention_weights, weight_on_blocked_keys),
+                padding_only_target_mask,
+                attention_unassigned_masked_fill, attention_flipped_mask,
+                attention_with_finite_fill (finite_fill_in_low_precision)
+    chapter 4   NormalisedInputResidual (identity_path_change)
+    chapter 5   targets_without_shift (copy_accuracy),
+                batches_sorted_by_characters (padding_waste_by_sort_key)
+
+The attention functions take ``query (..., T, Dk)``, ``key (..., L, Dk)``, ``value (..., L, Dv)``
+and a boolean ``mask`` (``True`` = may attend) broadcastable to ``(..., T, L)``, and return
+``(output (..., T, Dv), attn_weights (..., T, L))``, like
+:func:`transformer_lib.attention.scaled_dot_product_attention`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lib.attention import MultiHeadAttention, softmax_attention
+from transformer_lib.batching import padding_waste
+from transformer_lib.masking import padding_mask
+
+__all__ = [
+    "attention_without_scaling",
+    "attention_softmax_over_queries",
+    "FullWidthHeadsAttention",
+    "attention_parameter_ratio",
+    "DropoutInForwardAttention",
+    "eval_mode_variation",
+    "query_side_padding_mask",
+    "padding_only_target_mask",
+    "attention_unassigned_masked_fill",
+    "attention_flipped_mask",
+    "attention_with_finite_fill",
+    "weight_on_blocked_keys",
+    "self_attention_weights",
+    "finite_fill_in_low_precision",
+    "NormalisedInputResidual",
+    "identity_path_change",
+    "targets_without_shift",
+    "copy_accuracy",
+    "batches_sorted_by_characters",
+    "padding_waste_by_sort_key",
+]
+
+
+def _scores(query: Tensor, key: Tensor) -> Tensor:
+    return query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., T, L)
+
+
+# --- Chapter 1: attention -------------------------------------------------------------------------
+
+
+def attention_without_scaling(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """A common slip: the scores are not divided by ``sqrt(d_k)``. Wide heads then saturate the
+    softmax (chapter 1 measures it); with ``d_k = 1`` nothing changes, so a grader needs ``d_k > 1``
+    to see it."""
+    scores = query @ key.transpose(-2, -1)  # BUG: not divided by sqrt(d_k)
+    return softmax_attention(scores, value, mask)
+
+
+def attention_softmax_over_queries(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """A common slip: the softmax runs over the queries (``dim=-2``), so each *column* of the
+    weights sums to one and a query's weights do not; the output is no longer an average of values."""
+    scores = _scores(query, key)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    attn_weights = torch.softmax(scores, dim=-2)  # BUG: over the queries, not the keys
+    return attn_weights @ value, attn_weights
+
+
+class FullWidthHeadsAttention(MultiHeadAttention):
+    """Multi-head attention whose every head projects to the full width ``D`` instead of ``D / H``.
+
+    Issue 29 found this in one of the tutorials the book was written from: ``H`` heads of width
+    ``D`` make the four projections ``H`` times larger (8x the attention parameters with the
+    paper's 8 heads) and cost ``H`` times the compute, for a layer that the paper sizes so that
+    "the total computational cost is similar to that of single-head attention with full
+    dimensionality" (section 3.2.2). It trains and gives outputs of the right shape.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, dropout, d_k=d_model)  # BUG: each head as wide as the model
+
+
+def attention_parameter_ratio(d_model: int = 512, n_heads: int = 8) -> float:
+    """Parameters of :class:`FullWidthHeadsAttention` over those of ``MultiHeadAttention(d_model,
+    n_heads)``, counted on the "meta" device (no memory). About ``n_heads``."""
+    with torch.device("meta"):
+        wide, right = FullWidthHeadsAttention(d_model, n_heads), MultiHeadAttention(d_model, n_heads)
+    return sum(p.numel() for p in wide.parameters()) / sum(p.numel() for p in right.parameters())
+
+
+class DropoutInForwardAttention(MultiHeadAttention):
+    """Multi-head attention that builds its dropout inside the forward pass.
+
+    uriyeobi's annotated Transformer writes its attention function this way: the weights go
+    through ``nn.Dropout(p)`` created on every call. A new module is in training mode, and
+    ``model.eval()`` only reaches the modules the model *owns*, so the dropout stays on in
+    evaluation: outputs are random, and every score or translation measured with it is noisier
+    than the model. (``F.dropout(x, p)`` without ``training=self.training`` does the same.)
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.1) -> None:
+        super().__init__(d_model, n_heads, dropout)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        scores = _scores(q, k)  # (B, H, T, L)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        attn_weights = nn.Dropout(self.dropout)(torch.softmax(scores, dim=-1))  # BUG: a new, training-mode module
+        return attn_weights @ v, attn_weights  # (B, H, T, Dv)
+
+
+def eval_mode_variation(module: nn.Module, x: Tensor, calls: int = 10) -> float:
+    """The largest difference between the self-attention outputs of ``calls`` calls on the same
+    input ``x`` ``(B, T, D)`` in ``eval()`` mode: 0 for a correct layer."""
+    module.eval()
+    with torch.no_grad():
+        outputs = [module(x, x, x)[0] for _ in range(calls)]
+    return max(float((out - outputs[0]).abs().max()) for out in outputs)
+
+
+# --- Chapter 2: masking ---------------------------------------------------------------------------
+
+
+def query_side_padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """The encoder's padding mask with one entry per *query* instead of per key: ``(B, 1, L, 1)``.
+
+    pi-tau's "An even more annotated Transformer" builds its encoder mask this way (a ``(B, L)``
+    mask unsqueezed at the last dimension, then at the head dimension), as does the target mask of
+    bentrevett/pytorch-seq2seq (chapter 2). Broadcast to the scores it blanks the rows of the pad
+    queries and leaves every pad *key* visible, so real tokens attend to pads (see
+    :func:`weight_on_blocked_keys`); no error, no NaN.
+    """
+    return (tokens != pad_id)[:, None, :, None]  # (B, 1, L, 1)  BUG: per query, not per key
+
+
+def padding_only_target_mask(tgt: Tensor, pad_id: int) -> Tensor:
+    """A decoder self-attention mask without its causal part, ``(B, 1, 1, T)``.
+
+    AiEdge's basic Transformer code calls its decoder's self-attention with no mask at all; passing
+    the padding mask alone is the same bug with the padding handled. Every position sees the
+    tokens it must predict, so the training loss collapses and generation fails (minGPT#75's
+    failure in its purest form).
+    """
+    return padding_mask(tgt, pad_id)  # BUG: no causal mask: every position sees the future
+
+
+def attention_unassigned_masked_fill(query: Tensor, key: Tensor, value: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """A ``masked_fill`` whose result is thrown away, so nothing is masked.
+
+    ``masked_fill`` returns a new tensor; ``masked_fill_`` (one character more) changes its input.
+    Issue 29 found the call without assignment in one of the reviewed tutorials; the AKT model of
+    EduKTM had the same line (bigdata-ustc/EduKTM#53, chapter 2).
+    """
+    scores = _scores(query, key)
+    scores.masked_fill(~mask, float("-inf"))  # BUG: returns a new tensor, which is dropped
+    attn_weights = torch.softmax(scores, dim=-1)
+    return attn_weights @ value, attn_weights
+
+
+def attention_flipped_mask(query: Tensor, key: Tensor, value: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """A common slip: the mask's polarity read backwards (``nn.MultiheadAttention``'s convention,
+    ``True`` = blocked, applied to this book's masks): each query sees exactly the keys it must not."""
+    scores = _scores(query, key)
+    scores = scores.masked_fill(mask, float("-inf"))  # BUG: blocks the keys marked "may attend"
+    attn_weights = torch.softmax(scores, dim=-1)
+    return attn_weights @ value, attn_weights
+
+
+def attention_with_finite_fill(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
+                               fill: float = -1e9) -> tuple[Tensor, Tensor]:
+    """Masked scores filled with a large finite number (the Annotated Transformer's ``-1e9``).
+
+    In float32 it works as long as the real scores stay far above the fill. In float16 (mixed
+    precision) ``masked_fill`` with ``-1e9`` raises: the value does not fit (float16 reaches
+    ±65504). In bfloat16 it fits, and masked keys get exactly zero weight. A smaller fill such as
+    ``-1e4`` fits float16 but lets the future leak once scores drift below it (minGPT#75). See
+    :func:`finite_fill_in_low_precision`.
+    """
+    scores = _scores(query, key)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, fill)  # BUG: a finite "minus infinity"
+    attn_weights = torch.softmax(scores, dim=-1)
+    return attn_weights @ value, attn_weights
+
+
+def weight_on_blocked_keys(attn_weights: Tensor, allowed: Tensor, queries: Tensor | None = None) -> float:
+    """The mean share of a query's attention weight that lands on keys the right mask blocks.
+
+    Args:
+        attn_weights: ``(B, H, T, L)`` (or any ``(..., T, L)``).
+        allowed: the right mask, ``True`` = may attend, broadcastable to ``attn_weights``.
+        queries: optional boolean ``(B, T)``: average over these queries only (the real tokens,
+            whose outputs matter); default all.
+
+    Returns:
+        A number in ``[0, 1]``: 0 for a correct mask.
+
+    Example:
+        >>> from transformer_lib.attention import scaled_dot_product_attention
+        >>> tokens = torch.tensor([[5, 6, 0, 0]])
+        >>> x = torch.randn(1, 1, 4, 8)  # (B, H, L, D)
+        >>> _, w = scaled_dot_product_attention(x, x, x, query_side_padding_mask(tokens, 0))
+        >>> weight_on_blocked_keys(w, padding_mask(tokens, 0), queries=tokens != 0) > 0
+        True
+    """
+    blocked = (attn_weights * ~allowed).sum(dim=-1)  # (B, ..., T): weight on blocked keys, per query
+    if queries is None:
+        return float(blocked.float().mean())
+    B, T = queries.shape
+    chosen = queries.view(B, *[1] * (blocked.dim() - 2), T).expand_as(blocked)  # (B, ..., T)
+    return float(blocked[chosen].float().mean())
+
+
+def self_attention_weights(tokens: Tensor, mask: Tensor, d_model: int = 16, n_heads: int = 2, seed: int = 0) -> Tensor:
+    """The weights ``(B, H, L, L)`` of an untrained ``MultiHeadAttention`` over random embeddings of
+    ``tokens`` ``(B, L)`` under ``mask``: the setting of chapter 2's padding figures, seeded. With
+    :func:`weight_on_blocked_keys` it measures where a mask lets the weight go."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(*tokens.shape, d_model, generator=generator)  # (B, L, D)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        layer = MultiHeadAttention(d_model, n_heads).eval()
+    with torch.no_grad():
+        return layer(x, x, x, mask=mask, need_weights=True)[1]  # (B, H, L, L)
+
+
+def finite_fill_in_low_precision(fill: float = -1e9) -> dict[str, dict[str, object]]:
+    """What a finite mask fill does in float16 and bfloat16, measured on this PyTorch.
+
+    For each dtype: the fill as the dtype stores it (``None`` where ``masked_fill`` refuses it), the
+    error ``masked_fill`` raises (or ``None``), the weight a masked key gets, and what a row whose
+    keys are *all* masked becomes (``"uniform"``, ``"NaN"`` or ``"zeros"``); next to the same for
+    ``-inf``.
+    """
+    scores = torch.tensor([[0.5, 1.0, 2.0], [1.0, 0.0, -1.0]])
+    blocked = torch.tensor([[False, True, True], [True, True, True]])  # row 1: every key masked
+    report: dict[str, dict[str, object]] = {}
+    for dtype in (torch.float16, torch.bfloat16):
+        row: dict[str, object] = {"stored as": float(torch.tensor(fill, dtype=dtype)), "error": None}
+        for name, value in (("fill", fill), ("-inf", float("-inf"))):
+            try:
+                weights = scores.to(dtype).masked_fill(blocked, value).softmax(dim=-1)
+            except RuntimeError as error:
+                row["error" if name == "fill" else "-inf error"] = str(error)
+                continue
+            full = weights[1]
+            kind = "NaN" if bool(full.isnan().any()) else "zeros" if bool((full == 0).all()) else "uniform"
+            row[f"masked weight ({name})"] = float(weights[0, 1:].max())
+            row[f"fully masked row ({name})"] = kind
+        report[str(dtype).replace("torch.", "")] = row
+    return report
+
+
+# --- Chapter 4: blocks ----------------------------------------------------------------------------
+
+
+class NormalisedInputResidual(nn.Module):
+    """A "Pre-LN" residual connection that adds the *normalised* input: ``LN(x) + f(LN(x))``.
+
+    pi-tau's "An even more annotated Transformer" writes its Pre-LN layers as ``x = norm(x)``
+    followed by ``x + dropout(sublayer(x))``: the name ``x`` is reused, so the residual adds
+    ``LayerNorm(x)``. The identity path from input to output, the reason for Pre-LN (Xiong et al.
+    2020), is gone: every layer renormalises the residual stream, as Post-LN does, and what a
+    layer adds is measured against unit-scale vectors again. Interface of
+    :class:`transformer_lib.blocks.Residual`: ``forward(x, sublayer)``.
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        x = self.norm(x)  # BUG: overwrites x, so the residual below adds LayerNorm(x), not x
+        return x + self.dropout(sublayer(x))
+
+
+def identity_path_change(residual: nn.Module, x: Tensor) -> float:
+    """How much a residual block changes its input when the sublayer adds nothing: ``|out - x| / |x|``
+    with ``sublayer = zeros``. A Pre-LN block must return ``x`` itself (0); a Post-LN block returns
+    ``LayerNorm(x)``."""
+    residual.eval()
+    with torch.no_grad():
+        out = residual(x, torch.zeros_like)
+    return float((out - x).norm() / x.norm())
+
+
+# --- Chapter 5: training --------------------------------------------------------------------------
+
+
+def targets_without_shift(tgt: Tensor) -> tuple[Tensor, Tensor]:
+    """A common slip in teacher forcing: input and label are the same positions of the target.
+
+    For ``tgt = <bos> y1 .. yn <eos>`` (padded) the decoder must read ``tgt[:, :-1]`` and be scored
+    on ``tgt[:, 1:]``. Here it is scored on the token it reads: copying its input is a perfect
+    answer (:func:`copy_accuracy`), the loss falls towards zero and nothing is learned.
+    """
+    return tgt[:, :-1], tgt[:, :-1]  # BUG: the label at t is the input at t
+
+
+def copy_accuracy(tgt_in: Tensor, tgt_out: Tensor, pad_id: int) -> float:
+    """The share of labels (non-pad positions of ``tgt_out``) equal to the decoder's input at the same
+    position: what a decoder that copies its input would score. Near chance with a correct shift."""
+    keep = tgt_out != pad_id
+    return float((tgt_in == tgt_out)[keep].float().mean())
+
+
+def batches_sorted_by_characters(sentences: Sequence[str], tokenize: Callable[[str], list[str]],
+                                 batch_size: int) -> list[list[int]]:
+    """Length-sorted batches whose "length" is the number of *characters*.
+
+    Issue 29 found a walk-through that measured padding after sorting sentences by their length in
+    characters: sentences of equal character length can differ a lot in tokens, and tokens are what
+    a batch is padded in (:func:`padding_waste_by_sort_key`).
+    """
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # BUG: characters, not tokens
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def padding_waste_by_sort_key(sentences: Sequence[str], tokenize: Callable[[str], list[str]],
+                              batch_size: int, seed: int = 0) -> dict[str, float]:
+    """Pad tokens per sentence (:func:`transformer_lib.batching.padding_waste`) for batches made in
+    random order, sorted by characters, and sorted by tokens."""
+    lengths = [len(tokenize(s)) for s in sentences]
+    shuffled = list(range(len(sentences)))
+    random.Random(seed).shuffle(shuffled)
+    by_tokens = sorted(range(len(sentences)), key=lengths.__getitem__)
+    cut = lambda order: [order[i : i + batch_size] for i in range(0, len(order), batch_size)]  # noqa: E731
+    return {
+        "random": padding_waste(cut(shuffled), lengths),
+        "characters": padding_waste(batches_sorted_by_characters(sentences, tokenize, batch_size), lengths),
+        "tokens": padding_waste(cut(by_tokens), lengths),
+    }
