@@ -160,3 +160,31 @@ def test_make_loader_by_tokens_counts_the_padded_longer_side() -> None:
     assert sum(len(b) for b in batches) == 200 and len(batches) == len(loader)
     assert all(b.src.numel() <= 64 and b.tgt_in.numel() <= 64 for b in batches)
     assert max(b.tgt_in.numel() for b in batches) > 64 - 9, "filled up to within one example of the budget"
+
+
+def test_padding_to_a_multiple_bounds_the_shapes_and_changes_no_loss() -> None:
+    """Batches padded to multiples of 8 come in at most ceil(longest / 8) lengths per side, and the
+    extra pads change neither the token count nor the loss of a model (they are masked and ignored)."""
+    from test_metrics import _tiny_model
+
+    from transformer_lib.losses import TranslationLoss
+
+    generator = torch.Generator().manual_seed(0)
+    pairs = [([int(i) for i in torch.randint(4, 12, (int(n),), generator=generator)],
+              [int(i) for i in torch.randint(4, 12, (int(m),), generator=generator)])
+             for n, m in torch.randint(1, 30, (200, 2), generator=generator)]
+    plain = [collate(pairs[i:i + 16]) for i in range(0, 200, 16)]
+    padded = [collate(pairs[i:i + 16], pad_multiple=8) for i in range(0, 200, 16)]
+    lengths = {(b.src.size(1), b.tgt_in.size(1)) for b in padded}
+    assert all(s % 8 == 0 and t % 8 == 0 for s, t in lengths)
+    assert len({s for s, _ in lengths}) <= -(-31 // 8) and len({t for _, t in lengths}) <= -(-31 // 8)
+    model = _tiny_model(dropout=0.0, vocab_size=12).eval()
+    loss = TranslationLoss(0.1, 0)
+    for a, b in zip(plain, padded):
+        assert a.n_tokens == b.n_tokens
+        with torch.no_grad():
+            (la, na), (lb, nb) = loss(model, a), loss(model, b)
+        # the same sums over the same real tokens, in a different order: fp32 rounding only
+        assert int(na) == int(nb) and torch.allclose(la, lb, rtol=1e-5, atol=1e-5 * float(na))
+    with pytest.raises(ValueError, match="pad_multiple"):
+        make_loader(TranslationData([s for s, _ in pairs], [t for _, t in pairs]), 16, pad_multiple=0)

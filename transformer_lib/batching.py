@@ -159,11 +159,14 @@ def collate(
     pad_id: int = 0,
     bos_id: int = 2,
     eos_id: int = 3,
+    pad_multiple: int = 1,
 ) -> Batch:
     """Build a teacher-forcing :class:`Batch` from ``(src_ids, tgt_ids)`` pairs without specials.
 
     For a target ``y1 y2 y3``: ``tgt_in = <bos> y1 y2 y3`` and ``tgt_out = y1 y2 y3 <eos>``, so the
-    decoder at position ``t`` reads ``y_<t`` and is scored on ``y_t``.
+    decoder at position ``t`` reads ``y_<t`` and is scored on ``y_t``. ``pad_multiple``: pad both
+    lengths up to a multiple of it, so batches come in few shapes (``torch.compile`` compiles one
+    graph per shape; the extra pads are masked and ignored by the loss, so nothing else changes).
 
     Example:
         >>> batch = collate([([7, 8], [9, 10, 11]), ([7], [9])])
@@ -173,8 +176,15 @@ def collate(
     src = pad_sequences([[*s, eos_id] for s, _ in examples], pad_id)  # (B, S)
     tgt_in = pad_sequences([[bos_id, *t] for _, t in examples], pad_id)  # (B, T)
     tgt_out = pad_sequences([[*t, eos_id] for _, t in examples], pad_id)  # (B, T)
+    if pad_multiple > 1:
+        src, tgt_in, tgt_out = (_pad_to_multiple(x, pad_multiple, pad_id) for x in (src, tgt_in, tgt_out))
     n_tokens = sum(len(t) + 1 for _, t in examples)
     return Batch(src, tgt_in, tgt_out, n_tokens)
+
+
+def _pad_to_multiple(x: Tensor, multiple: int, pad_id: int) -> Tensor:
+    extra = -x.size(1) % multiple
+    return torch.nn.functional.pad(x, (0, extra), value=pad_id) if extra else x
 
 
 class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
@@ -407,19 +417,22 @@ def make_loader(
     pin_memory: bool = False,
     num_replicas: int = 1,
     rank: int = 0,
+    pad_multiple: int = 1,
 ) -> torch.utils.data.DataLoader:
     """A ``DataLoader`` of :class:`Batch` es over ``data``, length-bucketed (see :class:`BucketBatchSampler`).
 
     The loader has its own random generator, so iterating it leaves the global random state
     (which dropout uses) alone: what makes a resumed run repeat an uninterrupted one exactly.
     With ``num_replicas`` processes, ``batch_size`` is the global batch and this process
-    (``rank``) gets its slice of each one.
+    (``rank``) gets its slice of each one. ``pad_multiple``: see :func:`collate` (e.g. 16 for
+    ``torch.compile`` on a GPU: at most ``max_len / 16`` lengths per side).
 
     Give ``batch_size`` (sentence pairs per batch) or ``max_tokens`` (padded tokens of the longer
     side per batch, :class:`TokenBatchSampler`; ``bucket`` and ``pool_batches`` then do not apply).
     """
     if (batch_size is None) == (max_tokens is None):
         raise ValueError(f"give batch_size or max_tokens, one of them; got batch_size={batch_size}, max_tokens={max_tokens}")
+    check_int("pad_multiple", pad_multiple)
     sampler: torch.utils.data.Sampler[list[int]]
     if max_tokens is not None:
         # A padded batch is as wide as its longest source with <eos>, or target with <bos> (or <eos>).
@@ -435,7 +448,7 @@ def make_loader(
     return torch.utils.data.DataLoader(
         data,
         batch_sampler=sampler,
-        collate_fn=partial(collate, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id),
+        collate_fn=partial(collate, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, pad_multiple=pad_multiple),
         pin_memory=pin_memory,
         generator=torch.Generator().manual_seed(seed),
     )

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .checkpoint import CHECKPOINT_FORMAT_VERSION, save_checkpoint, save_kept_weights
-from .device import AMP_MODES, autocast_context, default_device
+from .device import AMP_MODES, autocast_context, default_device, needs_grad_scaler
 from .distributed import get_rank, get_world_size, wait_for_all
 from .losses import TranslationLoss
 from .metrics import RunningMean, evaluate
@@ -87,7 +87,8 @@ class TrainConfig:
         clip_norm: clip the gradients' global L2 norm to this (``None``: no clipping).
         weight_decay: AdamW decay of matrices.
         betas, adam_eps: AdamW's; the paper's (0.9, 0.98) and 1e-9.
-        amp: ``"auto"`` (bf16 autocast on a CUDA GPU), ``"bf16"`` or ``"off"``.
+        amp: ``"auto"`` (bf16 autocast on a GPU with native bf16, fp16 with a gradient scaler on
+            older GPUs, float32 on CPU), ``"bf16"``, ``"fp16"`` or ``"off"``.
         pad_id: the padding id of the targets (ignored by the loss).
         eval_every: evaluate every this many updates (``None``: after each epoch).
         checkpoint_every: also save every this many updates (``None``: at each evaluation).
@@ -282,6 +283,8 @@ class Trainer:
             d_model=getattr(getattr(model, "config", None), "d_model", None),
             total_steps=max(self.total_steps, config.warmup_steps),
         )
+        # fp16 needs loss scaling; elsewhere the scaler is disabled and each of its calls passes through.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=needs_grad_scaler(self.device, config.amp))
         self.step = 0  # optimizer updates done
         self.epoch = 0  # epochs completed
         self.batch_in_epoch = 0  # batches of the current epoch done
@@ -317,11 +320,14 @@ class Trainer:
         else:
             batch_loss, batch_tokens = self._backward(*self._forward(batch))
         finite = torch.isfinite(batch_loss)
+        self.scaler.unscale_(self.optimizer)
         if self.config.clip_norm is not None:
             norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm, foreach=True)
-            finite = finite & torch.isfinite(norm)
+            if not self.scaler.is_enabled():  # with fp16 an overflow is expected now and then: the scaler skips that step
+                finite = finite & torch.isfinite(norm)
         self._all_finite &= finite  # checked (one sync) before anything is logged, validated or saved
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.scheduler.step()
         self.step += 1
         self._window_loss.update(batch_loss, batch_tokens)
@@ -354,14 +360,14 @@ class Trainer:
         """Backward of the mean loss per token; returns the summed loss and token count of the whole batch."""
         if self.world_size == 1:
             mean = loss_sum / (n_tokens.clamp_min(1) if isinstance(n_tokens, Tensor) else max(n_tokens, 1))
-            mean.backward()
+            self.scaler.scale(mean).backward()
             return loss_sum.detach(), n_tokens
         # The loss and token count of the whole batch: one all-reduce of two numbers.
         totals = torch.stack([loss_sum.detach().double(), torch.as_tensor(n_tokens, device=loss_sum.device).double()])
         dist.all_reduce(totals)
         # DDP averages the processes' gradients (divides their sum by world_size), so scaling by
         # world_size / all tokens makes the result the gradient of the whole batch's mean.
-        (loss_sum * (self.world_size / totals[1].clamp_min(1.0)).to(loss_sum.dtype)).backward()
+        self.scaler.scale(loss_sum * (self.world_size / totals[1].clamp_min(1.0)).to(loss_sum.dtype)).backward()
         return totals[0], totals[1]
 
     # -- the loop -------------------------------------------------------------------------------
@@ -519,6 +525,7 @@ class Trainer:
             "model_state": self.model.state_dict(),
             "optimizer_state": self.optimizer.state_dict(),
             "scheduler_state": self.scheduler.state_dict(),
+            "scaler_state": self.scaler.state_dict(),  # empty when disabled
             "train_config": self.config.to_dict(),
             "step": self.step,
             "epoch": self.epoch,
@@ -546,6 +553,8 @@ class Trainer:
         self.scheduler.load_state_dict(scheduler_state)
         for group, rule, base_lr in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, self.scheduler.base_lrs):
             group["lr"] = base_lr * rule(self.scheduler.last_epoch)
+        if state.get("scaler_state") and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["scaler_state"])  # the loss scale it had found
         self.step, self.epoch, self.batch_in_epoch = int(state["step"]), int(state["epoch"]), int(state["batch_in_epoch"])
         self.elapsed_s = float(state.get("elapsed_s", 0.0))
         metrics = state["metrics"]

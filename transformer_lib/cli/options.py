@@ -68,7 +68,7 @@ class RunConfig:
     profile: str = _option(f"default sizes (default: ${PROFILE_ENV}, else full on GPU, fast on CPU)", choices=PROFILES)
     preset: str = _option("model size", choices=tuple(sorted(PRESETS)))
     seed: int = _option("random seed of the data order, the weights and dropout", 0)
-    amp: str = _option("bf16 autocast (auto: on CUDA only)", "auto", choices=AMP_MODES)
+    amp: str = _option("mixed precision (auto: bf16 on GPUs with native bf16, fp16 with loss scaling on older GPUs, float32 on CPU)", "auto", choices=AMP_MODES)
     compile: bool = _option("torch.compile the training forward pass (worth it on a GPU)", False, resumable=True)
     # training
     epochs: int | None = _option("passes over the training data", resumable=True)

@@ -351,9 +351,12 @@ def _check_lengths(data: TranslationData, max_len: int, split: str, say: Callabl
 def _loader(run: _Run, data: _Data, split: str, **options: Any) -> Any:
     """A loader of ``split``: this process's slice of every batch, with the target vocabulary's specials."""
     vocab = data.tgt_tokenizer.vocab
+    # Compiled (on a GPU): few batch shapes, so torch.compile builds few graphs (16 tokens apart).
+    pad_multiple = 16 if run.config.compile else 1
     return make_loader(
         data.splits[split], options.pop("batch_size", run.eval_batch_size), pad_id=vocab.pad_id, bos_id=vocab.bos_id,
-        eos_id=vocab.eos_id, num_replicas=run.processes.world_size, rank=run.processes.rank, **options,
+        eos_id=vocab.eos_id, num_replicas=run.processes.world_size, rank=run.processes.rank, pad_multiple=pad_multiple,
+        **options,
     )
 
 
