@@ -7,7 +7,10 @@ a computation done here another way.
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -112,3 +115,18 @@ def test_sublayer_updates_one_row_per_layer_and_sublayer() -> None:
     assert [(r["layer"], r["sublayer"]) for r in rows] == [
         (layer, name) for layer in range(1, n_layers + 1) for name in ("self-attention", "cross-attention", "feed-forward")]
     assert all(0 < r["relative update"] < 100 for r in rows)
+
+
+@pytest.mark.parametrize("chapter", ["01_attention", "02_masking", "03_embeddings", "04_blocks"])
+def test_chapters_one_to_four_each_show_the_trained_model(chapter: str) -> None:
+    """Each of these chapters has a section that imports the shipped model's helpers
+    (``transformer_lib.book.trained``) and checks a claim in a ``check`` cell."""
+    book = Path(__file__).resolve().parents[1] / "book" / chapter
+    showing = []
+    for path in sorted(book.glob("[0-9][0-9]_*.ipynb")):
+        cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+        imports = any(re.search(r"^from transformer_lib\.book import .*\btrained\b", c["source"], re.M) for c in cells)
+        checks = any("check" in c["metadata"].get("tags", []) and "assert" in c["source"] for c in cells)
+        if imports and checks:
+            showing.append(path.name)
+    assert showing, f"{chapter}: no section loads the trained model (transformer_lib.book.trained) and checks it"
