@@ -6,6 +6,7 @@ the models one section trains and later ones load (through :mod:`transformer_lib
     training    chapter 5: the reverse task and its vocabulary, as the trainer makes them
     decoding    chapter 6: the trained reverse model and the translation model
     beyond      chapter 7: the caption corpus and the caption language model
+    inspect     chapters 1 to 4: their mechanisms measured on the shipped trained model
 
 A section imports what it needs from its chapter's module (``from
 transformer_lib.book.chapters.masking import example_batch``); nothing here is imported by the model.
