@@ -58,19 +58,3 @@ def test_both_caption_models_share_one_size(profile: str, layers: int, steps: in
     monkeypatch.setenv(PROFILE_ENV, profile)
     size = beyond.caption_model_size()
     assert (size["n_layers"], size["steps"]) == (layers, steps)
-
-
-def test_committed_outputs_are_shown_in_the_fast_profile_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from transformer_lib.book.artifacts import load_artifacts
-
-    artifacts = load_artifacts()
-    if artifacts is None:
-        pytest.skip("the committed artifacts are not installed")
-    sources = [f"sentence {i}" for i in range(artifacts["test"]["n_sentences"])]
-    with pytest.raises(ValueError, match="other test sentences"):
-        decoding.committed_outputs(decoding.TestSet([(s, s) for s in sources]))
-    monkeypatch.setattr(decoding, "sources_digest", lambda _: artifacts["test"]["sources_sha256"])
-    for profile, shown in (("fast", True), ("full", False)):
-        monkeypatch.setenv(PROFILE_ENV, profile)
-        committed = decoding.committed_outputs(decoding.TestSet([(s, s) for s in sources]))
-        assert committed.shown is shown and ("committed" in committed.label) is shown

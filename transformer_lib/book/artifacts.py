@@ -190,11 +190,13 @@ def _is_word(token: str) -> bool:
 
 def attention_sentences(translator: Translator, sources: Sequence[str], n: int = ATTENTION_SENTENCES,
                         example: int = EXAMPLE, lengths: tuple[int, int] = (6, MAX_ATTENTION_TOKENS)) -> list[int]:
-    """Which sentences get attention maps: ``example`` and the first ``n - 1`` others whose source
-    has ``lengths[0]`` to ``lengths[1]`` tokens (with ``<eos>``), short enough to read."""
+    """Which sentences get attention maps: ``example`` (where ``sources`` has it: a subset of the
+    test set may not) and the first others whose source has ``lengths[0]`` to ``lengths[1]`` tokens
+    (with ``<eos>``), short enough to read, ``n`` in all."""
     shortest, longest = lengths
+    chosen = [example] if 0 <= example < len(sources) else []
     short = [i for i, row in enumerate(translator.source_ids(sources)) if shortest <= len(row) <= longest and i != example]
-    return [example, *short[: n - 1]]
+    return [*chosen, *short[: n - len(chosen)]]
 
 
 def _test_translations(translator: Translator, pairs: Sequence[tuple[str, str]], beam_size: int) -> dict[str, Any]:

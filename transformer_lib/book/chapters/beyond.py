@@ -24,7 +24,8 @@ from transformer_lib.model import DecoderOnlyTransformer
 from transformer_lib.config import TransformerConfig
 from transformer_lib.vocab import Vocab
 
-__all__ = ["caption_batches", "caption_data", "caption_language_model", "caption_model_size", "train_caption_lm"]
+__all__ = ["caption_batches", "caption_data", "caption_language_model", "caption_model_size", "joined",
+           "longest_training_source", "train_caption_lm"]
 
 
 def caption_data() -> CaptionCorpus:
@@ -92,3 +93,30 @@ def caption_language_model(captions: CaptionCorpus,
         n_decoder_layers=steps["n_layers"], **steps["size"])).to(device)
     model.load_state_dict(torch.load(folder / "model.pt", map_location=device, weights_only=True))
     return model.eval(), json.loads((folder / "training.json").read_text(encoding="utf-8"))
+
+
+def longest_training_source() -> int:
+    """The longest Multi30k training source, in the shipped model's tokens (BPE pieces and
+    ``<eos>``): what "longer than any input it trained on" means for it. Counted once, then cached."""
+    from transformer_lib.book import trained
+    from transformer_lib.multi30k import load_multi30k
+
+    model = trained.translator()
+    data = model.data
+
+    def count(folder: Path) -> None:
+        pairs = load_multi30k("train", src_lang=data["src_lang"], tgt_lang=data["tgt_lang"])
+        longest = max(len(ids) for ids in model.source_ids([source for source, _ in pairs]))
+        (folder / "longest.json").write_text(json.dumps({"longest": longest}))
+
+    folder = cached("multi30k-longest-source", {"tokenizer": data["tokenizer"], "vocab": data["vocab_size"]}, count)
+    return int(json.loads((folder / "longest.json").read_text())["longest"])
+
+
+def joined(pairs: list[tuple[str, str]], k: int) -> list[tuple[str, str]]:
+    """Every ``k`` consecutive pairs joined into one (sources with a space, references too); a
+    remainder shorter than ``k`` is left out."""
+    if k < 1:
+        raise ValueError(f"k={k}: join at least one sentence")
+    return [(" ".join(s for s, _ in pairs[i:i + k]), " ".join(r for _, r in pairs[i:i + k]))
+            for i in range(0, len(pairs) - k + 1, k)]

@@ -1,10 +1,13 @@
-"""Chapter 6's shared set-up: the two trained models its sections decode with, the test set, its
-decoded translations, and the trained model's committed outputs.
+"""Chapter 6's shared set-up: the two models its sections decode with, the test set and its
+decoded translations.
 
-Both models are trained by the command-line trainer itself (``python -m transformer_lib.cli.train``,
-called in this process), once: the first section that needs one trains it into the book's cache
-(:mod:`transformer_lib.book.cache`) and the others load it from there. ``TRANSFORMER_BOOK_CHECKPOINT``
-points the sections at a translation model of your own instead.
+The reverse model (every decision checkable by eye) is trained by the command-line trainer itself
+(``python -m transformer_lib.cli.train``, called in this process), once: the first section that needs
+it trains it into the book's cache (:mod:`transformer_lib.book.cache`) and the others load it from
+there. The translation model is the trained model that ships with the book
+(:mod:`transformer_lib.pretrained`), in both profiles; ``TRANSFORMER_BOOK_CHECKPOINT`` points the
+sections at a translation model of your own instead. The profile decides how much of the test set
+is decoded: the first 100 sentences in the fast profile, all 1,000 in the full one.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
 
-from transformer_lib.book.artifacts import load_artifacts, sources_digest
+from transformer_lib.book.artifacts import sources_digest
 from transformer_lib.book.cache import cached
 from transformer_lib.book.chapters.training import reverse_task
 from transformer_lib.book.experiment import current_profile
@@ -28,10 +33,13 @@ from transformer_lib.evaluation import bleu_scores
 from transformer_lib.multi30k import load_multi30k
 from transformer_lib.translator import Translator, evaluate_bleu
 
-__all__ = ["CHECKPOINT_ENV", "Committed", "TestSet", "committed_outputs", "decoded_test_set", "one_per_length",
-           "reverse_translator", "test_set", "translation_model"]
+__all__ = ["CHECKPOINT_ENV", "TEST_SENTENCES", "TestSet", "decoded_test_set",
+           "one_per_length", "reverse_translator", "test_set", "translation_model", "beam_beats_greedy",
+           "HEAD_SENTENCES", "KINDS", "validation_pairs", "head_profile", "bleu_without_each_head", "head_chart"]
 
 CHECKPOINT_ENV = "TRANSFORMER_BOOK_CHECKPOINT"
+# How many test-2016 sentences a profile decodes: a CPU decodes 100 with beam 4 in seconds.
+TEST_SENTENCES = {"fast": 100, "full": None}
 
 
 def _train(args: list[str]) -> dict[str, Any]:
@@ -67,26 +75,21 @@ def translation_model(device: torch.device | str = "cpu") -> tuple[Translator, s
     """The Multi30k model the sections decode with, and a line saying which it is.
 
     ``$TRANSFORMER_BOOK_CHECKPOINT`` if set (``model.pt`` where a run wrote one, else
-    ``checkpoint.pt``); else ``python -m transformer_lib.cli.train --task multi30k`` in the current
-    profile, trained once (the run's own choice of weights: the last, or the average of the last five
-    epochs) and then loaded from the cache.
+    ``checkpoint.pt``); else the trained model shipped with the book (:func:`transformer_lib.pretrained.load`),
+    in both profiles: the recipe of chapter 5's full profile, trained once.
     """
     checkpoint = os.environ.get(CHECKPOINT_ENV, "").strip()
-    if checkpoint:
-        where = f"the model from {CHECKPOINT_ENV}={checkpoint}"
-        path = Path(checkpoint)
-    else:
-        profile = current_profile()
-        folder = cached("multi30k-model", {"profile": profile},
-                        lambda out: _train(["--task", "multi30k", "--profile", profile, "--out", str(out),
-                                            "--no-progress"]))
-        selection = json.loads((folder / "metrics.json").read_text())["selection"]
-        path = folder / selection["checkpoint"]
-        where = f"this page's model: `python -m transformer_lib.cli.train --task multi30k --profile {profile}`"
+    if not checkpoint:
+        from transformer_lib import pretrained
+        from transformer_lib.book import trained
+
+        translator = trained.translator() if torch.device(device).type == "cpu" else pretrained.load(device=device)
+        return translator, "the trained model shipped with the book (transformer_lib.pretrained.load())"
+    path = Path(checkpoint)
     translator = Translator.from_checkpoint(path, device=device)
     if translator.task != "multi30k":
         raise ValueError(f"{path} is a {translator.task!r} checkpoint, not multi30k")
-    return translator, where
+    return translator, f"the model from {CHECKPOINT_ENV}={checkpoint}"
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,17 @@ class TestSet:
         return [reference for _, reference in self.pairs]
 
 
-def test_set(translator: Translator) -> TestSet:
-    """The 1,000 test sentences (raw files: ``MULTI30K_DIR``, or a checksummed download)."""
+def test_set(translator: Translator, size: int | None | str = "profile") -> TestSet:
+    """Test 2016 in the model's direction (raw files: ``MULTI30K_DIR``, or a checksummed download):
+    its first ``size`` sentences, by default as many as the profile decodes (:data:`TEST_SENTENCES`);
+    ``None``: all 1,000."""
+    if size == "profile":
+        size = TEST_SENTENCES[current_profile()]
+    if size is not None and (not isinstance(size, int) or size < 1):
+        raise ValueError(f"size={size!r}: give a positive number of sentences, or None for all")
     data = translator.data
-    return TestSet(load_multi30k("test", src_lang=data["src_lang"], tgt_lang=data["tgt_lang"]))
+    pairs = load_multi30k("test", src_lang=data["src_lang"], tgt_lang=data["tgt_lang"])
+    return TestSet(list(pairs)[:size])
 
 
 def _file_digest(path: Path) -> str:
@@ -143,23 +153,144 @@ def decoded_test_set(translator: Translator, tests: TestSet, beam_sizes: tuple[i
     return results
 
 
-@dataclass(frozen=True)
-class Committed:
-    """The trained model's committed outputs (``transformer_lib/book/runs/artifacts/``), where they
-    are installed, and whether the sections show them: in the fast profile, where this page's own
-    model is too small to translate well."""
+def beam_beats_greedy(translator: Translator, tests: TestSet, beam_size: int = 3, length_penalty: float = 0.6,
+                      max_source_tokens: int = 12) -> list[dict[str, Any]]:
+    """The test sentences (of at most ``max_source_tokens`` source tokens, for a table that fits a
+    page) where beam search's translation scores a higher sentence BLEU against the reference than
+    greedy decoding's, largest gain first: ``index``, ``greedy``, ``beam``, both sentence BLEUs."""
+    from sacrebleu.metrics import BLEU
 
-    artifacts: dict[str, Any] | None
-    shown: bool
+    scorer = BLEU(effective_order=True)
+    short = [i for i, source in enumerate(tests.sources) if len(translator.source_ids([source])[0]) <= max_source_tokens]
+    sources = [tests.sources[i] for i in short]
+    greedy = translator.translate(sources)
+    beam = translator.translate(sources, beam_size=beam_size, length_penalty=length_penalty)
+    found = []
+    for i, g, b in zip(short, greedy, beam):
+        reference = [tests.references[i]]
+        g_bleu, b_bleu = scorer.sentence_score(g, reference).score, scorer.sentence_score(b, reference).score
+        if b_bleu > g_bleu:
+            found.append({"index": i, "greedy": g, "beam": b, "greedy_bleu": g_bleu, "beam_bleu": b_bleu})
+    return sorted(found, key=lambda row: row["beam_bleu"] - row["greedy_bleu"], reverse=True)
 
-    @property
-    def label(self) -> str:
-        return "the trained model (committed)" if self.shown else "this page's model"
+
+# --- Section 6.7: what the trained model's heads do -------------------------------------------------
+
+KINDS = ("encoder_self", "decoder_self", "decoder_cross")
+# Validation sentences a profile measures the heads on: removing each of the 72 heads in turn means
+# 72 decodes of them, so the fast profile takes 12 (seconds on a CPU); the full profile takes all.
+HEAD_SENTENCES = {"fast": 12, "full": None}
 
 
-def committed_outputs(tests: TestSet) -> Committed:
-    """The committed outputs, checked to be for these test sentences in this order."""
-    artifacts = load_artifacts()
-    if artifacts is not None and artifacts["test"]["sources_sha256"] != sources_digest(tests.sources):
-        raise ValueError("the committed artifacts are for other test sentences than MULTI30K_DIR's test split")
-    return Committed(artifacts, current_profile() == "fast" and artifacts is not None)
+def validation_pairs(translator: Translator, size: int | None | str = "profile") -> list[tuple[str, str]]:
+    """Multi30k's validation pairs in the model's direction: the first ``size`` (by default as many
+    as the profile measures the heads on, :data:`HEAD_SENTENCES`; ``None``: all 1,014)."""
+    if size == "profile":
+        size = HEAD_SENTENCES[current_profile()]
+    data = translator.data
+    return list(load_multi30k("val", src_lang=data["src_lang"], tgt_lang=data["tgt_lang"]))[:size]
+
+
+def head_profile(pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Per kind of attention, layer and head of the shipped model, teacher-forced on the references
+    of ``pairs`` (one pass per sentence): the mean entropy of a query's attention (bits), the mean
+    signed offset from query to key (as :func:`transformer_lib.book.trained.head_statistics`), and
+    the *modal offset*, the offset where most queries put their largest weight, with the share of
+    queries that do (``modal_share``; 1 = a purely positional head). Cross-attention has no offsets."""
+    from transformer_lib.book import trained
+
+    maps = [trained.attention(source, reference) for source, reference in pairs]
+    rows = []
+    for kind in KINDS:
+        for layer in range(len(getattr(maps[0], kind))):
+            for head in range(getattr(maps[0], kind)[layer].size(0)):
+                entropy, distance, count = 0.0, 0.0, 0
+                argmax_offsets: list[int] = []
+                for m in maps:
+                    w = getattr(m, kind)[layer][head]  # (queries, keys)
+                    entropy += float(-(w * w.clamp_min(1e-12).log2()).sum())
+                    count += w.size(0)
+                    if kind != "decoder_cross":
+                        offsets = torch.arange(w.size(1)) - torch.arange(w.size(0))[:, None]
+                        distance += float((w * offsets).sum())
+                        argmax_offsets += (w.argmax(dim=1) - torch.arange(w.size(0))).tolist()
+                row = {"kind": kind, "layer": layer + 1, "head": head + 1, "entropy_bits": entropy / count,
+                       "mean_offset": None, "modal_offset": None, "modal_share": None}
+                if argmax_offsets:
+                    values, counts = torch.tensor(argmax_offsets).unique(return_counts=True)
+                    row.update(mean_offset=distance / count, modal_offset=int(values[counts.argmax()]),
+                               modal_share=float(counts.max()) / len(argmax_offsets))
+                rows.append(row)
+    return rows
+
+
+def _keep_masks(heads: Sequence[tuple[str, int, int] | None], n: int, width: int, n_heads: int) -> dict[tuple[str, int], Tensor]:
+    """For each attention module that loses a head somewhere in the batch, a ``(B, 1, H * Dh)``
+    mask: 0 on the rows of the block that removes one of its heads, on that head's slice."""
+    masks: dict[tuple[str, int], Tensor] = {}
+    for block, removed in enumerate(heads):
+        if removed is None:
+            continue
+        kind, layer, head = removed
+        mask = masks.setdefault((kind, layer), torch.ones(len(heads) * n, 1, n_heads * width))
+        mask[block * n:(block + 1) * n, :, head * width:(head + 1) * width] = 0
+    return masks
+
+
+@torch.no_grad()
+def bleu_without_each_head(translator: Translator, pairs: Sequence[tuple[str, str]],
+                           heads: Sequence[tuple[str, int, int]], max_rows: int = 1024) -> dict[Any, float]:
+    """Cased BLEU of greedy translations of ``pairs`` with each of ``heads`` (kind, layer, head;
+    0-based) removed in turn, as :func:`transformer_lib.book.trained.without_head` removes one (its
+    slice of the concatenated heads zeroed before the output projection), and with none (key
+    ``None``). Removals decode together, in blocks of ``len(pairs)`` rows and batches of at most
+    ``max_rows`` rows, so the 72 heads of the shipped model cost a few batched decodes."""
+    from transformer_lib.book import trained
+
+    rows = translator.source_ids([source for source, _ in pairs])
+    references = [reference for _, reference in pairs]
+    n = len(rows)
+    blocks: list[tuple[str, int, int] | None] = [None, *heads]
+    per_batch = max(1, max_rows // n)
+    scores: dict[Any, float] = {}
+    for start in range(0, len(blocks), per_batch):
+        group = blocks[start:start + per_batch]
+        src, src_mask = translator._pad([row for _ in group for row in rows])
+        modules = {(kind, layer): trained.attention_modules(kind)[layer] for kind in KINDS
+                   for layer in range(len(trained.attention_modules(kind)))}
+        any_module = next(iter(modules.values()))
+        masks = _keep_masks(group, n, any_module.d_v, any_module.n_heads)
+        handles = []
+        for key, mask in masks.items():
+            mask = mask.to(src.device)
+
+            def zero(_: torch.nn.Module, inputs: tuple[Tensor, ...], mask: Tensor = mask) -> tuple[Tensor, ...]:
+                return (inputs[0] * mask[: inputs[0].size(0)], *inputs[1:])
+
+            handles.append(modules[key].out_proj.register_forward_pre_hook(zero))
+        try:
+            output = translator.translate_ids(src, src_mask).tolist()
+        finally:
+            for handle in handles:
+                handle.remove()
+        texts = [translator.detokenize(translator.output_tokens(row)) for row in output]
+        for block, removed in enumerate(group):
+            hypotheses = texts[block * n:(block + 1) * n]
+            scores[removed] = bleu_scores(hypotheses, references)["cased"].score
+    return scores
+
+
+def head_chart(frame: Any, value: str, title: str, diverging: bool = False) -> Any:
+    """A grid of the 72 heads (heads across, layers down, one panel per kind of attention), coloured
+    by ``value`` of ``frame`` (a :func:`head_profile` table with more columns), its value on hover."""
+    import altair as alt
+
+    from transformer_lib.book import style
+
+    scale = alt.Scale(scheme=style.DIVERGING, domainMid=0) if diverging else alt.Scale(scheme=style.SEQUENTIAL)
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer"),
+        color=alt.Color(f"{value}:Q", scale=scale, title=value.replace("_", " ")),
+        column=alt.Column("kind:N", title=None, sort=list(KINDS)),
+        tooltip=["kind", "layer", "head", alt.Tooltip(f"{value}:Q", format=".2f")],
+    ).properties(width=150, height=90, title=title)

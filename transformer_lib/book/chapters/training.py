@@ -1,5 +1,6 @@
-"""Chapter 5's shared set-up: the reverse task as the command-line trainer makes it, and the
-Multi30k corpus as word ids (prepared once, then loaded from the cache).
+"""Chapter 5's shared set-up: the reverse task as the command-line trainer makes it, the Multi30k
+corpus as word ids (prepared once, then loaded from the cache), and the full profile's Multi30k
+run: the recipe of the shipped model, trained by the command line itself.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from transformer_lib.toy_tasks import toy_task, toy_vocab
 from transformer_lib.cli.profiles import DEFAULTS
 from transformer_lib.vocab import Vocab
 
-__all__ = ["ReverseTask", "multi30k_words", "reverse_task"]
+__all__ = ["ReverseTask", "full_recipe_run", "multi30k_words", "reverse_task", "shipped_run"]
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,35 @@ def multi30k_words(min_freq: int = 2) -> PreparedTranslation:
         prepare_multi30k(min_freq=min_freq).save(folder / "data.pt")
 
     return PreparedTranslation.load(cached("multi30k-words", {"min_freq": min_freq}, prepare) / "data.pt")
+
+
+def shipped_run() -> dict[str, Any]:
+    """The training record of the model that ships with the book (:mod:`transformer_lib.pretrained`):
+    the command, settings, hardware, wall time, per-epoch values and the full history, as
+    ``python -m transformer_lib.cli.train`` wrote them."""
+    from transformer_lib import pretrained
+
+    return pretrained.info().run
+
+
+def full_recipe_run() -> tuple[dict[str, Any], Path]:
+    """``python -m transformer_lib.cli.train --task multi30k --profile full``, in this process: the
+    shipped model's recipe (joint BPE vocabulary of 8,000 tokens, shared and tied; the ``multi30k``
+    preset; the Noam schedule peaking at 3e-3; 16 epochs), trained once into the book's cache.
+    Returns the run's metrics and the checkpoint that validation chose."""
+    import contextlib
+    import io
+    import json
+
+    from transformer_lib.cli import train
+
+    def run(out: Path) -> None:
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            metrics = train.main(["--task", "multi30k", "--profile", "full", "--out", str(out), "--no-progress"])
+        if not isinstance(metrics, dict):
+            raise RuntimeError(f"the full-profile run failed:\n{log.getvalue()[-2000:]}")
+
+    folder = cached("multi30k-full-recipe", {"profile": "full"}, run)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    return metrics, folder / metrics["selection"]["checkpoint"]
