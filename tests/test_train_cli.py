@@ -226,28 +226,6 @@ def test_results_file_chooses_between_last_and_averaged_weights_by_validation(re
         assert all(torch.equal(chosen[k], v) for k, v in averaged.items())
 
 
-def test_chapter_5_shows_the_committed_results_file(results_run: Path, tmp_path: Path) -> None:
-    """Chapter 5 shows transformer_lib/book/runs/multi30k_full_metrics.json when the repository has one: run its cell on ours."""
-    import pandas as pd
-
-    from transformer_lib.book import results as book_results
-    from transformer_lib.book.figures import training_curves_chart
-
-    book = json.loads((Path(__file__).parents[1] / "book" / "05_training.ipynb").read_text(encoding="utf-8"))
-    (cell,) = [c for c in book["cells"] if c["cell_type"] == "code" and "multi30k_full_metrics.json" in "".join(c["source"])]
-    results = tmp_path / "runs"  # in place of COMMITTED_RUNS
-    results.mkdir(parents=True)
-    (results / "multi30k_full_metrics.json").write_text((results_run / "metrics.json").read_text())
-    shown: list = []
-    namespace = {"pd": pd, "display": shown.append, "training_curves_chart": training_curves_chart,
-                 "committed_results": lambda folder=results: book_results.committed_results(folder),
-                 **{name: getattr(book_results, name) for name in ("describe_run", "results_table", "bleu_table")}}
-    exec("".join(cell["source"]), namespace)  # noqa: S102 - the chapter's own code
-    frames = [s for s in shown if isinstance(s, pd.DataFrame)]
-    assert list(frames[0].index) == ["val", "test"] and "loss" in frames[0].columns
-    assert list(frames[1].index) == ["greedy", "beam 2"] and list(frames[1].columns) == ["BLEU", "BLEU, lowercased"]
-
-
 def test_when_validation_prefers_the_average_it_is_written_to_model_pt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prepare_multi30k(FIXTURE, checksums=FIXTURE_SHA256, min_freq=1).save(tmp_path / "data.pt")
     real_evaluate, calls = train.evaluate, []
