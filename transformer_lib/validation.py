@@ -18,7 +18,9 @@ from math import isfinite
 import torch
 from torch import Tensor
 
-__all__ = ["check_int", "check_number", "check_choice", "check_token_ids", "check_mask", "check_bias"]
+__all__ = [
+    "check_int", "check_bool", "check_number", "check_choice", "check_token_ids", "check_floats", "check_mask", "check_bias",
+]
 
 
 def check_int(name: str, value: object, minimum: int = 1, *, optional: bool = False) -> None:
@@ -34,6 +36,19 @@ def check_int(name: str, value: object, minimum: int = 1, *, optional: bool = Fa
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if optional else ''}, got {value!r}")
+
+
+def check_bool(name: str, value: object) -> None:
+    """``value`` is ``True`` or ``False``: a yes/no setting, never a string such as ``"no"`` (which is truthy).
+
+    Example:
+        >>> check_bool("norm_first", "no")
+        Traceback (most recent call last):
+        ...
+        ValueError: norm_first must be True or False, got 'no'
+    """
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def check_number(
@@ -91,6 +106,27 @@ def check_token_ids(tokens: Tensor, name: str = "token ids", vocab_size: int | N
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
             raise ValueError(f"{name}: token id {bad} is outside the vocabulary [0, {vocab_size - 1}] (vocab_size={vocab_size})")
+
+
+def check_floats(name: str, x: object, dtype: torch.dtype, width: int) -> None:
+    """Raise a clear error unless ``x`` is a ``(..., width)`` floating-point tensor of the module's ``dtype``
+    (any floating dtype inside autocast, which casts it). Reads only the shape and dtype, never a value."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point() or (x.dtype != dtype and not _autocast_enabled(x.device.type)):
+        raise TypeError(
+            f"{name} has dtype {x.dtype}, but the module's weights are {dtype}; convert with .to({dtype}) "
+            "(or convert the module, e.g. .double())"
+        )
+    if x.dim() == 0 or x.size(-1) != width:
+        raise ValueError(f"{name} of shape {tuple(x.shape)} must end in the width {width}")
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no device type
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
 
 
 def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
