@@ -12,14 +12,17 @@ larger shape).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import hashlib
+from collections.abc import Collection, Mapping
 from math import isfinite
+from typing import Any
 
 import torch
 from torch import Tensor
 
 __all__ = [
     "check_int", "check_bool", "check_number", "check_choice", "check_token_ids", "check_floats", "check_mask", "check_bias",
+    "content_sha256", "refusal_reason",
 ]
 
 
@@ -172,3 +175,46 @@ def _check_broadcast(name: str, tensor: Tensor, scores_shape: torch.Size | tuple
             f"{scores_shape} (batch..., queries, keys); each of its dimensions must be 1 or equal the "
             "scores' size there"
         )
+
+
+# --- files: checksums and refusals ------------------------------------------------------------------
+
+
+def content_sha256(value: Any) -> str:
+    """SHA-256 of plain values and tensors (each tensor's dtype, shape and bytes), nested in dicts and
+    lists: what checkpoints and prepared data store on saving and recompute on loading."""
+    digest = hashlib.sha256()
+    _update_digest(digest, value)
+    return digest.hexdigest()
+
+
+def _update_digest(digest: Any, value: Any) -> None:
+    if isinstance(value, Tensor):
+        flat = value.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"tensor {flat.dtype} {tuple(value.shape)};".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    elif isinstance(value, Mapping):
+        digest.update(f"dict {len(value)};".encode())
+        for key, item in value.items():
+            digest.update(f"{key!r}:".encode())
+            _update_digest(digest, item)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{type(value).__name__} {len(value)};".encode())
+        for item in value:
+            _update_digest(digest, item)
+    else:
+        digest.update(f"{type(value).__name__} {value!r};".encode())
+
+
+def refusal_reason(error: BaseException) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, without torch's advice to load it with
+    ``weights_only=False``: that would run whatever code the file holds, and no reader of this library
+    should take it. For a file of Python objects, the one it names (``GLOBAL posix.system``)."""
+    text = str(error)
+    if "Weights only load failed" in text:
+        named = [line.strip() for line in text.splitlines() if ("GLOBAL" in line or "Unsupported" in line) and "weights_only" not in line]
+        detail = f" ({named[0][:160]})" if named else ""
+        return ("it holds Python objects besides tensors and plain values, which this library never unpickles "
+                f"(unpickling them can run code){detail}; it was not loaded")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and "weights_only" not in line]
+    return f"torch.load could not read it ({type(error).__name__}: {(lines[0] if lines else '')[:200]})"
