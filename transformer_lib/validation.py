@@ -13,6 +13,7 @@ larger shape).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Collection, Mapping
 from math import isfinite
 from typing import Any
@@ -212,8 +213,8 @@ def refusal_reason(error: BaseException) -> str:
     should take it. For a file of Python objects, the one it names (``GLOBAL posix.system``)."""
     text = str(error)
     if "Weights only load failed" in text:
-        named = [line.strip() for line in text.splitlines() if ("GLOBAL" in line or "Unsupported" in line) and "weights_only" not in line]
-        detail = f" ({named[0][:160]})" if named else ""
+        named = re.findall(r"GLOBAL ([\w.]+)", text)  # the object the file asked for, e.g. posix.system
+        detail = f", such as {named[0][:100]}" if named else ""
         return ("it holds Python objects besides tensors and plain values, which this library never unpickles "
                 f"(unpickling them can run code){detail}; it was not loaded")
     lines = [line.strip() for line in text.splitlines() if line.strip() and "weights_only" not in line]
