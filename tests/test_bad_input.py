@@ -28,7 +28,7 @@ from transformer_lib.decoding import greedy_decode, next_token_logits, sample, s
 from transformer_lib.embeddings import TokenEmbedding
 from transformer_lib.model import DecoderOnlyTransformer, Transformer, count_parameters
 from transformer_lib.multi30k import MULTI30K_SHA256
-from transformer_lib.tokenizers import WordTokenizer, tokenizer_from_dict
+from transformer_lib.tokenizers import SymbolTokenizer, WordTokenizer, tokenizer_from_dict
 from transformer_lib.toy_tasks import MAX_LENGTH, MAX_PAIRS, MAX_SYMBOLS, toy_task
 from transformer_lib.trainer import TrainConfig, Trainer
 from transformer_lib.translator import TranslationError, TranslationWarning, Translator
@@ -731,3 +731,12 @@ def test_translate_accepts_any_iterable_of_sentences(translator: Translator) -> 
 def test_translate_refuses_what_is_not_an_iterable_of_sentences(translator: Translator, given, named: str) -> None:
     with raises(TypeError, named):
         translator.translate(given)
+
+
+def test_a_translator_refuses_tokenizers_that_do_not_fit_its_model(translator: Translator) -> None:
+    bigger = SymbolTokenizer(Vocab([*translator.src_vocab.tokens, "extra"]))
+    with raises(TranslationError, "src", len(translator.src_vocab) + 1, f"src_vocab_size={len(translator.src_vocab)}"):
+        Translator(translator.model, bigger, translator.tgt_tokenizer, translator.task, translator.data)
+    swapped = SymbolTokenizer(Vocab(["<unk>", "<pad>", *translator.tgt_vocab.tokens[2:]]))
+    with raises(TranslationError, "tgt", "<pad> id 1", "pad_id=0"):
+        Translator(translator.model, translator.src_tokenizer, swapped, translator.task, translator.data)

@@ -96,6 +96,18 @@ class Translator:
     task: str
     data: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """The tokenizers fit the model: their sizes are its vocabularies', their ``<pad>`` its ``pad_id``
+        (else a real token would be masked as padding, or padding read as a token)."""
+        config = self.model.config
+        for side, tokenizer in (("src", self.src_tokenizer), ("tgt", self.tgt_tokenizer)):
+            size = getattr(config, f"{side}_vocab_size")
+            if len(tokenizer.vocab) != size or tokenizer.vocab.pad_id != config.pad_id:
+                raise TranslationError(
+                    f"the {side} tokenizer has {len(tokenizer.vocab)} tokens and <pad> id {tokenizer.vocab.pad_id}, "
+                    f"but the model has {side}_vocab_size={size} and pad_id={config.pad_id}"
+                )
+
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu", task: str | None = None) -> Translator:
         """Rebuild the model from a checkpoint file; raises :class:`TranslationError` if it cannot.
