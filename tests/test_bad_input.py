@@ -25,6 +25,7 @@ from transformer_lib.cli import train, translate
 from transformer_lib.cli.common import DEBUG_ENV
 from transformer_lib.config import FILE_PARAMETER_LIMIT, TransformerConfig
 from transformer_lib.decoding import greedy_decode, next_token_logits, sample, sampling_distribution
+from transformer_lib.device import parse_device
 from transformer_lib.embeddings import TokenEmbedding
 from transformer_lib.model import DecoderOnlyTransformer, Transformer, count_parameters
 from transformer_lib.multi30k import MULTI30K_SHA256
@@ -740,3 +741,18 @@ def test_a_translator_refuses_tokenizers_that_do_not_fit_its_model(translator: T
     swapped = SymbolTokenizer(Vocab(["<unk>", "<pad>", *translator.tgt_vocab.tokens[2:]]))
     with raises(TranslationError, "tgt", "<pad> id 1", "pad_id=0"):
         Translator(translator.model, translator.src_tokenizer, swapped, translator.task, translator.data)
+
+
+@pytest.mark.parametrize("device", ["meta", "xla"])
+def test_a_device_the_library_does_not_run_on_is_refused_by_name(trained: Path, tmp_path: Path, capsys, device: str) -> None:
+    """``--device meta`` was accepted and ended in a NotImplementedError from inside torch."""
+    with raises(ValueError, f"'{device}'", "cpu"):
+        parse_device(device)
+    with raises(TranslationError, f"'{device}'"):
+        Translator.from_checkpoint(trained / "checkpoint.pt", device=device)
+    code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), "--device", device, "1 2"], capsys)
+    assert_one_line_error(code, err, device)
+    out = tmp_path / "never"
+    code, err = run(train.cli, [*TOY, "--out", str(out), "--device", device], capsys)
+    assert_one_line_error(code, err, device)
+    assert not out.exists()
