@@ -29,6 +29,7 @@ from transformer_lib.device import parse_device
 from transformer_lib.embeddings import TokenEmbedding
 from transformer_lib.model import DecoderOnlyTransformer, Transformer, count_parameters
 from transformer_lib.multi30k import MULTI30K_SHA256
+from transformer_lib.subword import SubwordTokenizer
 from transformer_lib.tokenizers import SymbolTokenizer, WordTokenizer, tokenizer_from_dict
 from transformer_lib.toy_tasks import MAX_LENGTH, MAX_PAIRS, MAX_SYMBOLS, toy_task
 from transformer_lib.trainer import TrainConfig, Trainer
@@ -756,3 +757,19 @@ def test_a_device_the_library_does_not_run_on_is_refused_by_name(trained: Path, 
     code, err = run(train.cli, [*TOY, "--out", str(out), "--device", device], capsys)
     assert_one_line_error(code, err, device)
     assert not out.exists()
+
+
+YES_NO = [
+    (lambda m: greedy_decode(m, SRC, None, **IDS, use_cache="no"), ["use_cache", "'no'"]),
+    (lambda m: beam_search(m, SRC, None, beam_size=2, **IDS, use_cache="False"), ["use_cache", "'False'"]),
+    (lambda m: MultiHeadAttention(8, 2, bias="no"), ["bias", "'no'"]),
+    (lambda m: WordTokenizer(Vocab(["<pad>", "<unk>", "<bos>", "<eos>"]), "de", lowercase="no"), ["lowercase", "'no'"]),
+    (lambda m: SubwordTokenizer.train(["ein Mann", "a man"] * 3, vocab_size=30, lowercase="no"), ["lowercase", "'no'"]),
+]
+
+
+@pytest.mark.parametrize(("call", "named"), YES_NO, ids=[n[0] for _, n in YES_NO])
+def test_every_yes_no_argument_must_be_a_boolean(model: Transformer, call, named: list) -> None:
+    """A string is truthy: "no" and "False" used to mean yes."""
+    with raises(ValueError, *named):
+        call(model)

@@ -106,3 +106,8 @@ def test_prepared_load_validates_every_split_and_names_it(saved: Path, tmp_path:
 def test_the_edits_are_caught_by_validation_not_by_the_checksum(saved: Path, tmp_path: Path) -> None:
     loaded = PreparedTranslation.load(_edited(saved, tmp_path, lambda payload: None))
     assert len(loaded.splits["train"]) == len(PreparedTranslation.load(saved).splits["train"])
+
+
+def test_prepare_refuses_a_yes_no_setting_that_is_not_a_boolean() -> None:
+    with raises(ValueError, "lowercase", "'no'"):  # "no" is truthy: it lower-cased every sentence
+        prepare_multi30k(FIXTURE, checksums=FIXTURE_SHA256, lowercase="no")

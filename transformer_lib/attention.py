@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .validation import check_bias, check_floats, check_int, check_mask, check_number
+from .validation import check_bias, check_bool, check_floats, check_int, check_mask, check_number
 
 __all__ = [
     "scaled_dot_product_attention", "softmax_attention", "fused_attention", "share_key_value_heads", "MultiHeadAttention",
@@ -192,6 +192,7 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         _check_sizes(d_model, n_heads, dropout, d_k, n_kv_heads, dict(d_v=d_v, d_out=d_out, kdim=kdim, vdim=vdim))
+        check_bool("bias", bias)
         self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
         self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self.d_k = d_model // n_heads if d_k is None else d_k

@@ -57,7 +57,7 @@ from torch import Tensor, nn
 
 from .kv_cache import KVCache, kv_cache
 from .masking import causal_mask
-from .validation import check_int, check_number, check_token_ids
+from .validation import check_bool, check_int, check_number, check_token_ids
 
 __all__ = [
     "EncoderDecoder",
@@ -119,6 +119,7 @@ class DecoderOnly(Protocol):
 def _inference(model: Any, use_cache: bool = False) -> Iterator[KVCache | None]:
     """Eval mode, no gradients and (with ``use_cache``) a key/value cache while decoding; the
     model's previous mode and modules are restored after."""
+    check_bool("use_cache", use_cache)
     was_training = model.training
     model.train(False)
     try:

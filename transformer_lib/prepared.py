@@ -22,7 +22,7 @@ from .batching import SOURCE_FORMAT, TranslationData
 from .multi30k import load_multi30k
 from .subword import SubwordTokenizer
 from .tokenizers import WordTokenizer, tokenize_corpus, tokenizer_from_dict
-from .validation import content_sha256, refusal_reason
+from .validation import check_bool, content_sha256, refusal_reason
 from .vocab import Tokenizer, Vocab
 
 __all__ = ["PREPARED_FORMAT", "PreparedTranslation", "prepare_multi30k"]
@@ -215,6 +215,7 @@ def prepare_multi30k(
     """
     if tokenizer not in _LEARNED:
         raise ValueError(f"tokenizer must be one of {sorted(_LEARNED)}, got {tokenizer!r}")
+    check_bool("lowercase", lowercase)  # "no" would lower-case every sentence
     if "train" not in splits:
         raise ValueError(f"splits must include 'train' (the vocabularies are built from it), got {list(splits)}")
     text = {split: load_multi30k(split, root, src_lang=src_lang, tgt_lang=tgt_lang, **find_options) for split in splits}

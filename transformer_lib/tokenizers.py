@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .subword import SubwordTokenizer
+from .validation import check_bool
 from .vocab import SPECIALS, Tokenizer, Vocab
 
 __all__ = [
@@ -171,6 +172,7 @@ class WordTokenizer(Tokenizer):
     kind = "words"
 
     def __init__(self, vocab: Vocab, lang: str, lowercase: bool = False) -> None:
+        check_bool("lowercase", lowercase)
         self.vocab, self.lang, self.lowercase = vocab, lang, lowercase
 
     def tokenize(self, text: str) -> list[str]:
