@@ -617,6 +617,10 @@ CHECKPOINT_EDITS = [
     (lambda c: c.update(epoch="2"), ["epoch", "'2'"]),
     (lambda c: c.update(task=5), ["task", "5"]),
     (lambda c: c.update(data=["de", "en"]), ["data", "['de', 'en']"]),
+    (lambda c: c.update(model_config=[64, 4]), ["model_config", "list"]),
+    (lambda c: _put(c, "src", "symbols 0 1 2"), ["tokenizers['src']", "str"]),
+    (lambda c: _put(c, "src", _words(_tokens(c), "../de")), ["tokenizers['src']['lang']", "'../de'"]),
+    (lambda c: _put(c, "src", {**c["tokenizers"]["src"], "tokens": "<pad> <unk> <bos> <eos>"}), ["tokenizers['src']['tokens']", "str"]),
 ]
 
 
@@ -773,3 +777,15 @@ def test_every_yes_no_argument_must_be_a_boolean(model: Transformer, call, named
     """A string is truthy: "no" and "False" used to mean yes."""
     with raises(ValueError, *named):
         call(model)
+
+
+def test_resuming_from_a_checkpoint_with_a_truncated_random_state_is_one_line(trained: Path, tmp_path: Path, capsys) -> None:
+    """It was a RuntimeError from torch.set_rng_state, deep inside resuming; the checkpoint stays as it was."""
+    run_dir = Path(shutil.copytree(trained, tmp_path / "run"))
+    checkpoint = load_checkpoint(run_dir / "checkpoint.pt")
+    checkpoint["rng_state"]["torch"] = checkpoint["rng_state"]["torch"][:-8]
+    save_checkpoint(run_dir / "checkpoint.pt", checkpoint)
+    before = (run_dir / "checkpoint.pt").read_bytes()
+    code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_dir)], capsys)
+    assert_one_line_error(code, err, "checkpoint.pt", "rng_state['torch']")
+    assert (run_dir / "checkpoint.pt").read_bytes() == before
