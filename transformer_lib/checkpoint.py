@@ -216,7 +216,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device | None = 
     Raises:
         FileNotFoundError: there is no file at ``path``.
         CheckpointError: the file is not a checkpoint of this format (another file, a truncated
-            one, a plain state_dict, another format version).
+            one, a plain state_dict, another format version, Python objects torch refuses to
+            unpickle), its checksum does not match, or an entry is wrong (:func:`check_contents`).
     """
     path = Path(path)
     if not path.is_file():

@@ -33,8 +33,9 @@ Conventions shared by every function here:
 
 - The encoder runs once per call.
 - Outputs hold the *generated* tokens only: no ``<bos>``, no prompt; a row ends with its ``<eos>``
-  and is padded with ``pad_id`` after it. ``<bos>`` and ``<pad>`` are never generated: their scores
-  are set to ``-inf`` (an undertrained model may rank them first, and they would decode to nothing). A row that reaches ``max_new_tokens`` has no ``<eos>``.
+  and is padded with ``pad_id`` after it. A row that reaches ``max_new_tokens`` has no ``<eos>``.
+- ``<bos>`` and ``<pad>`` are never generated: their scores are set to ``-inf`` (an undertrained
+  model may rank them first, and they would decode to nothing).
 - ``max_new_tokens`` counts generated tokens, ``<eos>`` included; ``min_new_tokens`` is how many
   must come before ``<eos>`` may.
 - The model is put in eval mode (no dropout) and gradients are off while decoding; its previous
