@@ -789,3 +789,21 @@ def test_resuming_from_a_checkpoint_with_a_truncated_random_state_is_one_line(tr
     code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_dir)], capsys)
     assert_one_line_error(code, err, "checkpoint.pt", "rng_state['torch']")
     assert (run_dir / "checkpoint.pt").read_bytes() == before
+
+
+def test_a_format_1_subword_model_is_rebuilt_from_its_vocabulary_and_merges_only(trained: Path, tmp_path: Path) -> None:
+    """Its JSON's normalizer (a 1 MB replacement, which aborted the process) and pre-tokenizer (a
+    backtracking regex, a PanicException) are never read: the library's own pipeline is used."""
+    old = _as_format_1(load_checkpoint(trained / "checkpoint.pt"))
+    hostile = {
+        "normalizer": {"type": "Replace", "pattern": {"String": "a"}, "content": "x" * 1_000_000},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated", "invert": False},
+        "model": {"type": "BPE", "merges": []},
+    }
+    old.update(task="multi30k", data={**old["data"], "subword_model": json.dumps(hostile)})
+    torch.save(old, tmp_path / "old.pt")
+    checkpoint = load_checkpoint(tmp_path / "old.pt")
+    assert set(checkpoint["tokenizers"]["src"]) == {"kind", "tokens", "merges", "lowercase"}
+    tokenizer = tokenizer_from_dict(checkpoint["tokenizers"]["src"])
+    assert tokenizer.tokenize("a" * 40 + "!") == ["<unk>"] * 42  # the library's split: one piece a character
+    assert tokenizer.tokenize("1 2") == ["<unk>", "1", "<unk>", "2"]  # "▁" starts each word, "1" and "2" are tokens
