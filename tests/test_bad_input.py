@@ -807,3 +807,14 @@ def test_a_format_1_subword_model_is_rebuilt_from_its_vocabulary_and_merges_only
     tokenizer = tokenizer_from_dict(checkpoint["tokenizers"]["src"])
     assert tokenizer.tokenize("a" * 40 + "!") == ["<unk>"] * 42  # the library's split: one piece a character
     assert tokenizer.tokenize("1 2") == ["<unk>", "1", "<unk>", "2"]  # "▁" starts each word, "1" and "2" are tokens
+
+
+def test_an_unknown_language_is_refused_without_spacy_too() -> None:
+    """Prepared data train on machines without spaCy: the language's form is still checked there."""
+    code = ("import sys; sys.modules['spacy'] = None\n"
+            "from transformer_lib.tokenizers import check_language\n"
+            "check_language('de')\n"
+            "try:\n    check_language('klingon')\nexcept ValueError as error:\n    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert result.returncode == 0 and "'klingon'" in result.stdout, result.stderr

@@ -50,11 +50,14 @@ _LANGUAGE_CODE = re.compile(r"[a-z]{2,3}")  # spaCy's codes: "de", "en", "grc", 
 
 def check_language(lang: object, name: str = "lang") -> None:
     """``lang`` is a language code spaCy has rules for (``spacy.blank(lang)`` works), or a ``ValueError``
-    naming it: spaCy itself would raise an ``ImportError`` for ``"klingon"``, as if it were not installed."""
-    from spacy.util import get_lang_class  # imported lazily: only the text pipeline needs it
-
+    naming it: spaCy itself would raise an ``ImportError`` for ``"klingon"``, as if it were not installed.
+    Without spaCy (data prepared elsewhere need none) only the code's form is checked."""
     known = isinstance(lang, str) and _LANGUAGE_CODE.fullmatch(lang) is not None
     if known:
+        try:
+            from spacy.util import get_lang_class  # imported lazily: only the text pipeline needs it
+        except ImportError:  # no spaCy (a GPU box training on prepared ids): the code's form is all we check
+            return
         try:
             get_lang_class(lang)
         except ImportError:
