@@ -10,23 +10,30 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from errors import raises
 
+from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.beam_search import beam_search
+from transformer_lib.blocks import FeedForward, Residual
 from transformer_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer_lib.cli import train, translate
 from transformer_lib.cli.common import DEBUG_ENV
-from transformer_lib.config import TransformerConfig
-from transformer_lib.decoding import greedy_decode, sample, sampling_distribution
-from transformer_lib.model import Transformer
+from transformer_lib.config import FILE_PARAMETER_LIMIT, TransformerConfig
+from transformer_lib.decoding import greedy_decode, next_token_logits, sample, sampling_distribution
+from transformer_lib.device import parse_device
+from transformer_lib.embeddings import TokenEmbedding
+from transformer_lib.model import DecoderOnlyTransformer, Transformer, count_parameters
 from transformer_lib.multi30k import MULTI30K_SHA256
-from transformer_lib.tokenizers import WordTokenizer
+from transformer_lib.subword import SubwordTokenizer
+from transformer_lib.tokenizers import SymbolTokenizer, WordTokenizer, tokenizer_from_dict
+from transformer_lib.toy_tasks import MAX_LENGTH, MAX_PAIRS, MAX_SYMBOLS, toy_task
 from transformer_lib.trainer import TrainConfig, Trainer
-from transformer_lib.translator import TranslationError, Translator
+from transformer_lib.translator import TranslationError, TranslationWarning, Translator
 from transformer_lib.vocab import Vocab
 
 TOY = ["--task", "reverse", "--n-train", "200", "--n-heldout", "20", "--longest", "4", "--no-progress", "--device", "cpu"]
@@ -464,3 +471,350 @@ def test_train_bpe_vocabulary_smaller_than_the_specials(tmp_path: Path, capsys) 
                                 "--device", "cpu", "--out", str(out)], capsys)
     assert_one_line_error(code, err, "--vocab-size", "4")
     assert not out.exists()
+
+
+# --- 7. Issue 27: yes/no fields, sizes, inputs at the model's boundary ---------------------------------
+
+TINY = dict(src_vocab_size=12, tgt_vocab_size=12)
+
+CONSTRUCTORS = [
+    (lambda: TransformerConfig.from_preset("tiny", **TINY, norm_first="no"), ["norm_first", "'no'"]),
+    (lambda: TransformerConfig.from_preset("tiny", **TINY, share_embeddings="False"), ["share_embeddings", "'False'"]),
+    (lambda: TransformerConfig.from_preset("tiny", **TINY, tie_output=1), ["tie_output", 1]),
+    (lambda: TransformerConfig.from_preset("tiny", **TINY, d_model=-8), ["d_model", -8]),
+    (lambda: TransformerConfig.from_preset("tiny", **TINY, d_model=8.0), ["d_model", 8.0]),
+    (lambda: MultiHeadAttention(-8, 2), ["d_model", -8]),
+    (lambda: MultiHeadAttention(8.0, 2), ["d_model", 8.0]),
+    (lambda: MultiHeadAttention(8, 0), ["n_heads", 0]),
+    (lambda: MultiHeadAttention(8, 2, dropout=1.5), ["dropout", 1.5]),
+    (lambda: MultiHeadAttention(8, 2, kdim=-3), ["kdim", -3]),
+    (lambda: FeedForward(8, -1), ["d_ff", -1]),
+    (lambda: TokenEmbedding(10, 0), ["d_model", 0]),
+    (lambda: Residual(8, norm_first="no"), ["norm_first", "'no'"]),
+    (lambda: Vocab(["<pad>", "<unk>", 7]), ["token 2", "7", "int"]),
+]
+
+
+@pytest.mark.parametrize(("build", "named"), CONSTRUCTORS, ids=[" ".join(map(str, n)) for _, n in CONSTRUCTORS])
+def test_a_setting_of_the_wrong_type_or_size_is_refused_by_name(build, named: list) -> None:
+    with pytest.raises((ValueError, TypeError)) as info:
+        build()
+    assert all(str(name) in str(info.value) for name in named), (str(info.value), named)
+    assert "torch" not in type(info.value).__module__
+
+
+def test_a_config_file_of_a_trillion_parameters_is_refused_before_it_is_built() -> None:
+    """Every size under its own limit, about 1e12 parameters together: refused from the sizes alone."""
+    huge = dict(TransformerConfig.from_preset("tiny", **TINY).to_dict(), d_model=16_384, n_heads=16, d_ff=65_536,
+                n_encoder_layers=128, n_decoder_layers=128, src_vocab_size=1_000_000, tgt_vocab_size=1_000_000)
+    with raises(ValueError, "994,", f"{FILE_PARAMETER_LIMIT:,}"):
+        TransformerConfig.from_dict(huge)
+
+
+def test_the_parameter_count_from_the_sizes_is_the_model_s() -> None:
+    for overrides in ({}, {"positional": "learned", "tie_output": False}, {"positional": "relative", "n_kv_heads": 2},
+                      {"share_embeddings": True, "norm_first": False}, {"n_encoder_layers": 0, "positional": "rope"}):
+        config = TransformerConfig.from_preset("tiny", **TINY, **overrides)
+        assert config.parameter_count() == count_parameters(Transformer(config)), overrides
+
+
+@pytest.fixture(scope="module")
+def small() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig.from_preset("tiny", **TINY)).eval()
+
+
+MODEL_INPUTS = [
+    (lambda m: m(torch.zeros(2, 0, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)), ValueError, ["src", "(2, 0)"]),
+    (lambda m: m(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 0, dtype=torch.long)), ValueError, ["tgt", "(2, 0)"]),
+    (lambda m: m(torch.ones(2, 3), torch.ones(2, 3, dtype=torch.long)), TypeError, ["src", "torch.float32"]),
+    (lambda m: m(torch.ones(3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)), ValueError, ["src", "(3,)"]),
+    (lambda m: MultiHeadAttention(8, 2)(*[torch.randn(1, 3, 8, dtype=torch.float64)] * 3), TypeError,
+     ["query", "torch.float64", "torch.float32"]),
+    (lambda m: MultiHeadAttention(8, 2)(*[torch.ones(1, 3, 8, dtype=torch.long)] * 3), TypeError, ["query", "torch.int64"]),
+    (lambda m: MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), torch.randn(1, 3, 5), torch.randn(1, 3, 8)), ValueError,
+     ["key", "(1, 3, 5)", 8]),
+    (lambda m: DecoderOnlyTransformer(TransformerConfig.decoder_only("tiny", 12))(torch.zeros(1, 0, dtype=torch.long)),
+     ValueError, ["tokens", "(1, 0)"]),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "named"), MODEL_INPUTS, ids=[" ".join(map(str, n)) for _, _, n in MODEL_INPUTS])
+def test_model_inputs_are_checked_at_the_public_boundary(small: Transformer, call, error, named: list) -> None:
+    with raises(error, *named):
+        call(small)
+
+
+def test_float64_attention_works_once_the_module_is_float64_too() -> None:
+    mha = MultiHeadAttention(8, 2).double()
+    x = torch.randn(1, 3, 8, dtype=torch.float64)
+    assert mha(x, x, x)[0].dtype == torch.float64
+
+
+TOY_BOUNDS = [
+    (dict(longest=100_000), ["longest=100000", MAX_LENGTH]),
+    (dict(n_symbols=10**8), ["n_symbols=100000000", MAX_SYMBOLS]),
+    (dict(n_train=10**9), [1_000_000_005, MAX_PAIRS]),
+    (dict(n_symbols=2, longest=2, n_train=5), [10, 6]),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "named"), TOY_BOUNDS, ids=[str(k) for k, _ in TOY_BOUNDS])
+def test_toy_task_bounds_fail_at_once(kwargs: dict, named: list) -> None:
+    arguments = {"n_train": 10, "n_heldout": 5, **kwargs}
+    with raises(ValueError, *named):
+        toy_task("reverse", arguments.pop("n_train"), arguments.pop("n_heldout"), **arguments)
+
+
+# --- 8. Issue 27: checkpoints whose checksum is valid but whose contents are not -----------------------
+
+
+def _odd(trained: Path, tmp_path: Path, edit) -> Path:
+    """The trained checkpoint with ``edit(checkpoint)`` applied, saved with a valid checksum."""
+    checkpoint = load_checkpoint(trained / "checkpoint.pt")
+    edit(checkpoint)
+    save_checkpoint(tmp_path / "odd.pt", checkpoint)
+    return tmp_path / "odd.pt"
+
+
+def _words(tokens: list, lang: object = "de", **extra) -> dict:
+    return {"kind": "words", "tokens": tokens, "lang": lang, "lowercase": False, **extra}
+
+
+def _tokens(checkpoint: dict, side: str = "src") -> list:
+    return list(checkpoint["tokenizers"][side]["tokens"])
+
+
+def _put(checkpoint: dict, side: str, tokenizer: dict) -> None:
+    checkpoint["tokenizers"][side] = tokenizer
+
+
+HUGE = dict(d_model=16_384, n_heads=16, d_ff=65_536, n_encoder_layers=128, n_decoder_layers=128)
+CHECKPOINT_EDITS = [
+    (lambda c: _put(c, "tgt", {**c["tokenizers"]["tgt"], "tokens": [t for t in _tokens(c, "tgt") if t != "<eos>"] + ["x"]}),
+     ["tokenizers['tgt']", "<eos>"]),
+    (lambda c: _put(c, "src", {**c["tokenizers"]["src"], "tokens": [*_tokens(c)[:5], 5, *_tokens(c)[6:]]}),
+     ["tokenizers['src']['tokens'][5]", "int"]),
+    (lambda c: _put(c, "src", _words(_tokens(c), "klingon")), ["tokenizers['src']['lang']", "'klingon'"]),
+    (lambda c: _put(c, "src", _words(_tokens(c), 7)), ["tokenizers['src']['lang']", "7"]),
+    (lambda c: _put(c, "src", {**c["tokenizers"]["src"], "normalizer": {"type": "Replace"}}),
+     ["tokenizers['src']", "'normalizer'"]),
+    (lambda c: _put(c, "tgt", {"kind": "bpe", "tokens": _tokens(c, "tgt"), "merges": [["1", "2"]], "lowercase": False}),
+     ["tokenizers['tgt']['merges'][0]", "'12'"]),
+    (lambda c: _put(c, "tgt", {"kind": "bpe", "tokens": _tokens(c, "tgt"), "merges": [], "lowercase": "yes"}),
+     ["tokenizers['tgt']['lowercase']", "'yes'"]),
+    (lambda c: _put(c, "src", {**c["tokenizers"]["src"], "kind": "sentencepiece"}), ["tokenizers['src']['kind']", "'sentencepiece'"]),
+    (lambda c: c["tokenizers"].pop("tgt"), ["tokenizers", "'tgt'"]),
+    (lambda c: _put(c, "src", {**c["tokenizers"]["src"], "tokens": [*_tokens(c), "9"]}), ["tokenizers['src']", "'9'", "twice"]),
+    (lambda c: _put(c, "src", {**c["tokenizers"]["src"], "tokens": [*_tokens(c), "extra"]}), ["tokenizers['src']", "src_vocab_size"]),
+    (lambda c: c["model_config"].update(pad_id=5), ["model_config.pad_id", "5"]),
+    (lambda c: c["model_config"].update(norm_first="no"), ["model_config", "norm_first", "'no'"]),
+    (lambda c: c["model_config"].update(HUGE), ["model_config", f"{FILE_PARAMETER_LIMIT:,}"]),
+    (lambda c: c["rng_state"].update(torch=c["rng_state"]["torch"][:100]), ["rng_state['torch']", "(100,)"]),
+    (lambda c: c["rng_state"].update(torch=c["rng_state"]["torch"].float()), ["rng_state['torch']", "torch.float32"]),
+    (lambda c: c.update(rng_state=[1, 2]), ["rng_state"]),
+    (lambda c: c.update(step=-1), ["step", "-1"]),
+    (lambda c: c.update(epoch="2"), ["epoch", "'2'"]),
+    (lambda c: c.update(task=5), ["task", "5"]),
+    (lambda c: c.update(data=["de", "en"]), ["data", "['de', 'en']"]),
+    (lambda c: c.update(model_config=[64, 4]), ["model_config", "list"]),
+    (lambda c: _put(c, "src", "symbols 0 1 2"), ["tokenizers['src']", "str"]),
+    (lambda c: _put(c, "src", _words(_tokens(c), "../de")), ["tokenizers['src']['lang']", "'../de'"]),
+    (lambda c: _put(c, "src", {**c["tokenizers"]["src"], "tokens": "<pad> <unk> <bos> <eos>"}), ["tokenizers['src']['tokens']", "str"]),
+]
+
+
+@pytest.mark.parametrize(("edit", "named"), CHECKPOINT_EDITS, ids=[n[-1][:30] for _, n in CHECKPOINT_EDITS])
+def test_a_checkpoint_with_a_valid_checksum_is_still_checked_entry_by_entry(trained: Path, tmp_path: Path, edit,
+                                                                              named: list) -> None:
+    path = _odd(trained, tmp_path, edit)
+    with raises(CheckpointError, str(path), *named):
+        load_checkpoint(path)
+    with raises(TranslationError, str(path), *named):  # the translator reports it as it is
+        Translator.from_checkpoint(path)
+
+
+def test_the_edited_checkpoints_load_when_left_alone(trained: Path, tmp_path: Path) -> None:
+    """The edits above are what fails: the same file, unedited, loads and translates."""
+    translator = Translator.from_checkpoint(_odd(trained, tmp_path, lambda checkpoint: None))
+    assert len(translator.translate(["1 2 3"])) == 1
+
+
+def test_translate_reports_an_inconsistent_checkpoint_in_one_line(trained: Path, tmp_path: Path, capsys) -> None:
+    path = _odd(trained, tmp_path, lambda c: c["model_config"].update(pad_id=5))
+    code, err = run(translate.main, ["--checkpoint", str(path), "--device", "cpu", "1 2"], capsys)
+    assert_one_line_error(code, err, str(path), "pad_id")
+
+
+def test_a_pickle_that_runs_code_is_refused_without_advising_weights_only_false(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.makedirs, (str(marker),))
+
+    torch.save({"format_version": 2, "model_state": Payload()}, tmp_path / "evil.pt")
+    with raises(CheckpointError, str(tmp_path / "evil.pt"), "makedirs") as refused:
+        load_checkpoint(tmp_path / "evil.pt")
+    assert "weights_only" not in str(refused.value)
+    assert not marker.exists(), "loading ran the file's code"
+    with raises(TranslationError, "evil.pt") as refused:
+        Translator.from_checkpoint(tmp_path / "evil.pt")
+    assert "weights_only" not in str(refused.value)
+
+
+def test_a_format_1_checkpoint_with_a_broken_subword_model_names_the_file(trained: Path, tmp_path: Path) -> None:
+    old = _as_format_1(load_checkpoint(trained / "checkpoint.pt"))
+    old.update(task="multi30k", data={**old["data"], "subword_model": '{"model": {}}'})
+    torch.save(old, tmp_path / "old.pt")
+    with raises(CheckpointError, "old.pt", "format-1", "'merges'"):
+        load_checkpoint(tmp_path / "old.pt")
+
+
+def test_word_tokenizers_refuse_an_unknown_language_without_an_import_error() -> None:
+    vocab = Vocab(["<pad>", "<unk>", "<bos>", "<eos>", "Qapla'"])
+    with raises(ValueError, "'klingon'"):
+        WordTokenizer(vocab, "klingon").tokenize("Qapla'")
+    with raises(ValueError, "'klingon'"):
+        tokenizer_from_dict(_words(list(vocab.tokens), "klingon"))
+
+
+# --- 9. Issue 27: decoders and the translator's warnings ------------------------------------------
+
+
+def _favouring(translator: Translator, token_id: int) -> Translator:
+    """The translator with an output layer that scores ``token_id`` 50 above everything else."""
+    model = Transformer(translator.model.config).eval()
+    model.load_state_dict(translator.model.state_dict())
+    biased = torch.nn.Linear(model.config.d_model, model.config.tgt_vocab_size)
+    with torch.no_grad():
+        biased.weight.copy_(model.output_layer.weight)
+        biased.bias.zero_()
+        biased.bias[token_id] = 50.0
+    model.output_layer = biased
+    return Translator(model, translator.src_tokenizer, translator.tgt_tokenizer, translator.task, translator.data)
+
+
+@pytest.mark.parametrize("special", ["bos_id", "pad_id"])
+@pytest.mark.parametrize("beam_size", [1, 4, 200])
+def test_no_decoder_outputs_bos_or_pad(translator: Translator, special: str, beam_size: int) -> None:
+    """An undertrained model's favourite may be <bos> or <pad>; it decoded to an empty translation."""
+    vocab = translator.tgt_vocab
+    biased = _favouring(translator, getattr(vocab, special))
+    src, src_mask = biased.encode(["1 2 3", "4 5"])
+    with torch.no_grad():
+        start = torch.full((2, 1), vocab.bos_id)
+        first = next_token_logits(biased.model, start, biased.model.encode(src, src_mask), src_mask)
+    assert (first.argmax(-1) == getattr(vocab, special)).all(), "the check must be able to fail"
+    for row in biased.translate_ids(src, src_mask, beam_size=beam_size).tolist():
+        body = row[: row.index(vocab.eos_id)] if vocab.eos_id in row else row
+        assert vocab.bos_id not in body and vocab.pad_id not in body, row
+    assert all(text.strip() for text in biased.translate(["1 2 3", "4 5"], beam_size=beam_size))
+
+
+def test_an_unknown_only_translation_warns_naming_the_sentence(translator: Translator) -> None:
+    biased = _favouring(translator, translator.tgt_vocab.unk_id)
+    with pytest.warns(TranslationWarning, match="sentence 2") as caught:
+        biased.translate(["1 2", "3 4 5"])
+    assert any("'3 4 5'" in str(w.message) for w in caught)
+
+
+def test_a_sound_translation_does_not_warn(translator: Translator) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TranslationWarning)
+        translator.translate(["1 2 3"])
+
+
+def test_translate_accepts_any_iterable_of_sentences(translator: Translator) -> None:
+    sentences = ["1 2 3", "4 5", "6"]
+    expected = translator.translate(sentences)
+    assert translator.translate(s for s in sentences) == expected
+    assert translator.translate(tuple(sentences)) == expected
+    assert translator.translate(iter(sentences)) == expected
+
+
+@pytest.mark.parametrize(("given", "named"), [(5, "int"), (b"1 2", "bytes"), ("1 2", "str")])
+def test_translate_refuses_what_is_not_an_iterable_of_sentences(translator: Translator, given, named: str) -> None:
+    with raises(TypeError, named):
+        translator.translate(given)
+
+
+def test_a_translator_refuses_tokenizers_that_do_not_fit_its_model(translator: Translator) -> None:
+    bigger = SymbolTokenizer(Vocab([*translator.src_vocab.tokens, "extra"]))
+    with raises(TranslationError, "src", len(translator.src_vocab) + 1, f"src_vocab_size={len(translator.src_vocab)}"):
+        Translator(translator.model, bigger, translator.tgt_tokenizer, translator.task, translator.data)
+    swapped = SymbolTokenizer(Vocab(["<unk>", "<pad>", *translator.tgt_vocab.tokens[2:]]))
+    with raises(TranslationError, "tgt", "<pad> id 1", "pad_id=0"):
+        Translator(translator.model, translator.src_tokenizer, swapped, translator.task, translator.data)
+
+
+@pytest.mark.parametrize("device", ["meta", "xla"])
+def test_a_device_the_library_does_not_run_on_is_refused_by_name(trained: Path, tmp_path: Path, capsys, device: str) -> None:
+    """``--device meta`` was accepted and ended in a NotImplementedError from inside torch."""
+    with raises(ValueError, f"'{device}'", "cpu"):
+        parse_device(device)
+    with raises(TranslationError, f"'{device}'"):
+        Translator.from_checkpoint(trained / "checkpoint.pt", device=device)
+    code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), "--device", device, "1 2"], capsys)
+    assert_one_line_error(code, err, device)
+    out = tmp_path / "never"
+    code, err = run(train.cli, [*TOY, "--out", str(out), "--device", device], capsys)
+    assert_one_line_error(code, err, device)
+    assert not out.exists()
+
+
+YES_NO = [
+    (lambda m: greedy_decode(m, SRC, None, **IDS, use_cache="no"), ["use_cache", "'no'"]),
+    (lambda m: beam_search(m, SRC, None, beam_size=2, **IDS, use_cache="False"), ["use_cache", "'False'"]),
+    (lambda m: MultiHeadAttention(8, 2, bias="no"), ["bias", "'no'"]),
+    (lambda m: WordTokenizer(Vocab(["<pad>", "<unk>", "<bos>", "<eos>"]), "de", lowercase="no"), ["lowercase", "'no'"]),
+    (lambda m: SubwordTokenizer.train(["ein Mann", "a man"] * 3, vocab_size=30, lowercase="no"), ["lowercase", "'no'"]),
+]
+
+
+@pytest.mark.parametrize(("call", "named"), YES_NO, ids=[n[0] for _, n in YES_NO])
+def test_every_yes_no_argument_must_be_a_boolean(model: Transformer, call, named: list) -> None:
+    """A string is truthy: "no" and "False" used to mean yes."""
+    with raises(ValueError, *named):
+        call(model)
+
+
+def test_resuming_from_a_checkpoint_with_a_truncated_random_state_is_one_line(trained: Path, tmp_path: Path, capsys) -> None:
+    """It was a RuntimeError from torch.set_rng_state, deep inside resuming; the checkpoint stays as it was."""
+    run_dir = Path(shutil.copytree(trained, tmp_path / "run"))
+    checkpoint = load_checkpoint(run_dir / "checkpoint.pt")
+    checkpoint["rng_state"]["torch"] = checkpoint["rng_state"]["torch"][:-8]
+    save_checkpoint(run_dir / "checkpoint.pt", checkpoint)
+    before = (run_dir / "checkpoint.pt").read_bytes()
+    code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_dir)], capsys)
+    assert_one_line_error(code, err, "checkpoint.pt", "rng_state['torch']")
+    assert (run_dir / "checkpoint.pt").read_bytes() == before
+
+
+def test_a_format_1_subword_model_is_rebuilt_from_its_vocabulary_and_merges_only(trained: Path, tmp_path: Path) -> None:
+    """Its JSON's normalizer (a 1 MB replacement, which aborted the process) and pre-tokenizer (a
+    backtracking regex, a PanicException) are never read: the library's own pipeline is used."""
+    old = _as_format_1(load_checkpoint(trained / "checkpoint.pt"))
+    hostile = {
+        "normalizer": {"type": "Replace", "pattern": {"String": "a"}, "content": "x" * 1_000_000},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated", "invert": False},
+        "model": {"type": "BPE", "merges": []},
+    }
+    old.update(task="multi30k", data={**old["data"], "subword_model": json.dumps(hostile)})
+    torch.save(old, tmp_path / "old.pt")
+    checkpoint = load_checkpoint(tmp_path / "old.pt")
+    assert set(checkpoint["tokenizers"]["src"]) == {"kind", "tokens", "merges", "lowercase"}
+    tokenizer = tokenizer_from_dict(checkpoint["tokenizers"]["src"])
+    assert tokenizer.tokenize("a" * 40 + "!") == ["<unk>"] * 42  # the library's split: one piece a character
+    assert tokenizer.tokenize("1 2") == ["<unk>", "1", "<unk>", "2"]  # "▁" starts each word, "1" and "2" are tokens
+
+
+def test_an_unknown_language_is_refused_without_spacy_too() -> None:
+    """Prepared data train on machines without spaCy: the language's form is still checked there."""
+    code = ("import sys; sys.modules['spacy'] = None\n"
+            "from transformer_lib.tokenizers import check_language\n"
+            "check_language('de')\n"
+            "try:\n    check_language('klingon')\nexcept ValueError as error:\n    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert result.returncode == 0 and "'klingon'" in result.stdout, result.stderr

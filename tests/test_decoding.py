@@ -264,12 +264,17 @@ def test_beam_search_with_cache_equals_without(seed: int) -> None:
     torch.testing.assert_close(cached.scores, uncached.scores, atol=1e-5, rtol=0)
 
 
+def output_log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities over the tokens a decoder may output: <bos> and <pad> never are."""
+    return F.log_softmax(logits.index_fill(-1, torch.tensor([BOS, PAD]), float("-inf")), dim=-1)
+
+
 def sequence_log_prob(model: Transformer, src: torch.Tensor, tokens: list[int]) -> float:
     """Teacher-forced log P(tokens | src) of one sentence, the reference beam search must reproduce."""
     tgt = torch.tensor([[BOS, *tokens]])
     with torch.no_grad():
         logits = model(src, tgt[:, :-1], None, causal_mask(len(tokens)))  # (1, T, V)
-    return float(F.log_softmax(logits, dim=-1)[0, torch.arange(len(tokens)), tgt[0, 1:]].sum())
+    return float(output_log_probs(logits)[0, torch.arange(len(tokens)), tgt[0, 1:]].sum())
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
@@ -285,11 +290,12 @@ def test_a_wide_beam_finds_the_best_sequence_by_brute_force(seed: int, alpha: fl
         length_penalty=alpha,
     )
     candidates = []
+    words = [i for i in range(vocab_size) if i not in (EOS, BOS, PAD)]  # what may come before <eos>
     for length in range(1, max_len + 1):
-        for body in itertools.product([i for i in range(vocab_size) if i != EOS], repeat=length - 1):
+        for body in itertools.product(words, repeat=length - 1):
             candidates.append([*body, EOS])  # ends with <eos>
         if length == max_len:
-            candidates += [list(t) for t in itertools.product([i for i in range(vocab_size) if i != EOS], repeat=length)]
+            candidates += [list(t) for t in itertools.product(words, repeat=length)]
     scored = [(sequence_log_prob(model, src, c) / gnmt_length_penalty(len(c), alpha), c) for c in candidates]
     best_score, best = max(scored)
     assert result.hypotheses[0][0].tokens == best
@@ -307,7 +313,7 @@ def reference_beam_search(model, src, beam_size, max_len, alpha):
         for tokens, log_prob in alive:
             with torch.no_grad():
                 logits = model(src, torch.tensor([[BOS, *tokens]]), None, causal_mask(len(tokens) + 1))
-            step = F.log_softmax(logits[0, -1], dim=-1).tolist()
+            step = output_log_probs(logits[0, -1]).tolist()
             candidates += [(log_prob + step[v], tokens + [v]) for v in range(len(step))]
         candidates.sort(key=lambda c: -c[0])
         top = candidates[: 2 * beam_size]
@@ -485,3 +491,37 @@ def test_length_penalty_is_a_float_ratio() -> None:
     for length in (1, 4, 13, 50):
         assert gnmt_length_penalty(length, 0.6) == pytest.approx((5 + length) ** 0.6 / 6**0.6)
         assert math.isfinite(gnmt_length_penalty(length, 2.0))
+
+
+def favouring_specials(seed: int) -> Transformer:
+    """A model whose output layer adds +20 to the scores of <bos> and <pad>: left alone, every
+    decoder would output them (an undertrained model's favourites)."""
+    model = make_model(seed, tie_output=False)
+    biased = torch.nn.Linear(model.config.d_model, V)
+    with torch.no_grad():
+        biased.weight.copy_(model.output_layer.weight)
+        biased.bias.zero_()
+        biased.bias[[BOS, PAD]] = 20.0
+    model.output_layer = biased
+    return model
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_decoders_never_output_bos_or_pad(seed: int) -> None:
+    model = favouring_specials(seed)
+    src, src_mask = padded_batch(seed)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        first = next_token_logits(model, torch.full((src.size(0), 1), BOS), memory, src_mask)
+    assert set(first.argmax(-1).tolist()) <= {BOS, PAD}, "the check must be able to fail"
+    kwargs = decode_kwargs(max_new_tokens=10)
+    outputs = {
+        "greedy": greedy_decode(model, src, src_mask, **kwargs),
+        "sample": sample(model, src, src_mask, **kwargs, generator=torch.Generator().manual_seed(seed)),
+        "beam 4": beam_search(model, src, src_mask, beam_size=4, **kwargs).sequences,
+        "beam 200": beam_search(model, src, src_mask, beam_size=200, **kwargs).sequences,
+    }
+    for name, out in outputs.items():
+        for row in out.tolist():
+            body = row[: row.index(EOS)] if EOS in row else row
+            assert BOS not in body and PAD not in body, (name, row)

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from transformer_lib.cli import train
 from transformer_lib.batching import BucketBatchSampler, make_loader
-from transformer_lib.toy_tasks import toy_task
+from transformer_lib.tokenizers import SymbolTokenizer
+from transformer_lib.toy_tasks import toy_task, toy_vocab
 from transformer_lib.model import Transformer
 from transformer_lib.config import TransformerConfig
 from transformer_lib.checkpoint import checkpoint_metadata, load_checkpoint
@@ -137,11 +138,12 @@ def _trainer(folder: Path | None, world_size: int, rank: int, max_steps: int, dr
     shard = dict(num_replicas=world_size, rank=rank)
     config = TrainConfig(epochs=None, max_steps=max_steps, schedule="constant", lr=3e-3, warmup_steps=2,
                          log_every=1, eval_every=2, progress=False, batches_per_update=batches_per_update)
+    model, symbols = _model(dropout), SymbolTokenizer(toy_vocab(8))  # 12 tokens, the model's vocabulary
     return Trainer(
-        _model(dropout), make_loader(train_data, 16, seed=5, **shard), config,
+        model, make_loader(train_data, 16, seed=5, **shard), config,
         val_loader=make_loader(heldout, 8, shuffle=False, **shard), device="cpu",
         checkpoint_path=None if folder is None else folder / "checkpoint.pt",
-        metadata=checkpoint_metadata({}, {"kind": "symbols"}, {"kind": "symbols"}, "reverse"),
+        metadata=checkpoint_metadata(model.config, symbols, symbols, "reverse"),
     )
 
 

@@ -74,10 +74,11 @@ def _decoding_steps(model: Transformer, batch, steps: int = 3) -> None:
         memory = model.encode(src, src_mask)
         tokens = torch.full((src.size(0), 1), 2, device=src.device)
         finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        never = torch.tensor([0, 2], device=src.device)  # <pad> and <bos> are never output
         for step in range(steps):
             tokens, finished, _ = decoding_step(
                 model, tokens, finished, lambda logits: logits.argmax(-1), memory=memory, src_mask=src_mask,
-                cache=cache, eos_id=3, pad_id=0, eos_allowed=step >= 1,
+                cache=cache, eos_id=3, pad_id=0, eos_allowed=step >= 1, never=never,
             )
     assert tokens.shape == (src.size(0), steps + 1)
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .validation import check_bias, check_mask
+from .validation import check_bias, check_bool, check_floats, check_int, check_mask, check_number
 
 __all__ = [
     "scaled_dot_product_attention", "softmax_attention", "fused_attention", "share_key_value_heads", "MultiHeadAttention",
@@ -198,7 +198,8 @@ class MultiHeadAttention(nn.Module):
         qk_norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
-        _check_sizes(d_model, n_heads, dropout, d_k, n_kv_heads)
+        _check_sizes(d_model, n_heads, dropout, d_k, n_kv_heads, dict(d_v=d_v, d_out=d_out, kdim=kdim, vdim=vdim))
+        check_bool("bias", bias)
         self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
         self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self.d_k = d_model // n_heads if d_k is None else d_k
@@ -233,7 +234,10 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` to ``key``/``value``; returns ``(output, attn_weights)``, the weights
         ``(B, H, T, L)`` per head (not averaged as ``nn.MultiheadAttention`` does by default) or
-        ``None`` unless ``need_weights``."""
+        ``None`` unless ``need_weights``. The inputs' dtypes and widths are checked (no value is read)."""
+        weights_dtype = self.q_proj.weight.dtype
+        for name, x, width in (("query", query, self.d_model), ("key", key, self.kdim), ("value", value, self.vdim)):
+            check_floats(name, x, weights_dtype, width)
         q = self.project_query(query)  # (B, H, T, Dk)
         k, v = self.project_key_value(key, value)  # (B, H, L, Dk), (B, H, L, Dv)
         out, attn_weights = self.attend(q, k, v, mask, need_weights)  # (B, H, T, Dv)
@@ -260,18 +264,20 @@ class MultiHeadAttention(nn.Module):
         return fused_attention(q, k, v, mask, dropout_p, bias), None  # same numbers, less memory
 
 
-def _check_sizes(d_model: int, n_heads: int, dropout: float, d_k: int | None, n_kv_heads: int | None) -> None:
-    if n_heads < 1:
-        raise ValueError(f"n_heads must be at least 1, got {n_heads}")
-    if n_kv_heads is not None and (n_kv_heads < 1 or n_heads % n_kv_heads != 0):
+def _check_sizes(d_model: int, n_heads: int, dropout: float, d_k: int | None, n_kv_heads: int | None,
+                 widths: dict[str, int | None]) -> None:
+    check_int("d_model", d_model)
+    check_int("n_heads", n_heads)
+    for name, value in {"d_k": d_k, "n_kv_heads": n_kv_heads, **widths}.items():
+        check_int(name, value, optional=True)
+    if n_kv_heads is not None and n_heads % n_kv_heads != 0:
         raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads}: each key/value head serves a group of query heads")
     if d_k is None and d_model % n_heads != 0:
         raise ValueError(
             f"d_model={d_model} is not divisible by n_heads={n_heads}; choose a d_model that is a "
             f"multiple of {n_heads}, or pass d_k explicitly"
         )
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    check_number("dropout", dropout, 0, 1)
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .decoding import EncoderDecoder, _inference, check_source, next_token_logits
+from .decoding import EncoderDecoder, _inference, check_source, never_generated, next_token_logits
 from .kv_cache import KVCache
 from .validation import check_int, check_number
 
@@ -138,12 +138,14 @@ def _beam_search(
     beam_scores = torch.full((B, K), float("-inf"), device=device)  # (B, K) summed log-probs
     beam_scores[:, 0] = 0.0
     first_row = torch.arange(B, device=device)[:, None] * K  # (B, 1) row of each sentence's beam 0
+    never = torch.tensor(never_generated(bos_id, eos_id, pad_id), dtype=torch.long, device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     done = [False] * B
 
     for step in range(max_new_tokens):
         inputs = tokens[:, -1:] if cache is not None else tokens  # (B*K, 1) or (B*K, T)
         logits = _scores(model, inputs, memory, src_mask, cache, step, eos_id, min_new_tokens)  # (B*K, V)
+        logits[:, never] = float("-inf")  # <bos> and <pad> are never output
         # We keep 2K candidates: at most K of them end in <eos> (one per hypothesis), so K can go
         # on. Each of the best 2K of all K*V extensions is among the best 2K of its own hypothesis,
         # so we look at those only: log P = logit - logsumexp(logits), for 2K tokens instead of V.

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from torch import Tensor, nn
 
 from .dropout import Dropout
-from .validation import check_choice
+from .validation import check_bool, check_choice, check_int
 
 __all__ = [
     "ACTIVATIONS",
@@ -59,6 +59,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
         super().__init__()
+        check_int("d_model", d_model)
+        check_int("d_ff", d_ff)
         self.linear1 = nn.Linear(d_model, d_ff)
         check_choice("activation", activation, ACTIVATIONS)
         self.activation = ACTIVATIONS[activation]()
@@ -124,6 +126,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5,
                  norm: Callable[..., nn.Module] = nn.LayerNorm) -> None:
         super().__init__()
+        check_bool("norm_first", norm_first)
         self.norm_first = norm_first
         self.norm = norm(d_model, eps=eps)
         self.dropout = Dropout(dropout)

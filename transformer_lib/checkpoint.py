@@ -10,10 +10,10 @@ section 6.1).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +22,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .config import TransformerConfig
 from .model import upgrade_state_dict
+from .tokenizers import tokenizer_from_dict
+from .validation import content_sha256, refusal_reason
 
 __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
@@ -34,6 +37,7 @@ __all__ = [
     "checkpoint_digest",
     "save_checkpoint",
     "load_checkpoint",
+    "check_contents",
     "save_kept_weights",
     "kept_weights",
     "average_checkpoints",
@@ -157,27 +161,7 @@ def checkpoint_digest(checkpoint: Mapping[str, Any]) -> str:
     :func:`save_checkpoint` stores it under ``"checksum"`` and :func:`load_checkpoint` recomputes it,
     so a file changed after it was written (a disk or copy error) is refused instead of trained on.
     """
-    digest = hashlib.sha256()
-    _update_digest(digest, {key: value for key, value in checkpoint.items() if key != "checksum"})
-    return digest.hexdigest()
-
-
-def _update_digest(digest: Any, value: Any) -> None:
-    if isinstance(value, Tensor):
-        flat = value.detach().to("cpu").contiguous().reshape(-1)
-        digest.update(f"tensor {flat.dtype} {tuple(value.shape)};".encode())
-        digest.update(flat.view(torch.uint8).numpy())
-    elif isinstance(value, Mapping):
-        digest.update(f"dict {len(value)};".encode())
-        for key, item in value.items():
-            digest.update(f"{key!r}:".encode())
-            _update_digest(digest, item)
-    elif isinstance(value, (list, tuple)):
-        digest.update(f"{type(value).__name__} {len(value)};".encode())
-        for item in value:
-            _update_digest(digest, item)
-    else:
-        digest.update(f"{type(value).__name__} {value!r};".encode())
+    return content_sha256({key: value for key, value in checkpoint.items() if key != "checksum"})
 
 
 def atomic_write(path: str | Path, write: Callable[[Any], None]) -> None:
@@ -232,7 +216,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device | None = 
     Raises:
         FileNotFoundError: there is no file at ``path``.
         CheckpointError: the file is not a checkpoint of this format (another file, a truncated
-            one, a plain state_dict, another format version).
+            one, a plain state_dict, another format version, Python objects torch refuses to
+            unpickle), its checksum does not match, or an entry is wrong (:func:`check_contents`).
     """
     path = Path(path)
     if not path.is_file():
@@ -240,14 +225,12 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device | None = 
         raise FileNotFoundError(
             f"no checkpoint at {path}{hint}; train one with `python -m transformer_lib.train --task reverse --out FOLDER`"
         )
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path} is not a transformer_lib checkpoint: not a file torch.save writes (a zip archive)")
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch raises many kinds for a file that is not a checkpoint
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise CheckpointError(
-            f"{path} is not a transformer_lib checkpoint: torch.load(weights_only=True) failed with "
-            f"{type(error).__name__}: {first_line[:200]}"
-        ) from error
+        raise CheckpointError(f"{path} is not a transformer_lib checkpoint: {refusal_reason(error)}") from error
     if not isinstance(checkpoint, dict) or "format_version" not in checkpoint:
         kind = "dict" if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise CheckpointError(
@@ -270,10 +253,73 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device | None = 
     if checkpoint["format_version"] == 1:
         try:
             checkpoint = upgrade_checkpoint(checkpoint)
-        except CheckpointError as error:
-            raise CheckpointError(f"{path}: {error}") from None
+        except (CheckpointError, KeyError, TypeError, ValueError, AttributeError) as error:
+            raise CheckpointError(f"{path}: a format-1 checkpoint that cannot be read: {type(error).__name__}: {error}") from None
     _check_keys(checkpoint, str(path))
+    check_contents(checkpoint, path)
     return checkpoint
+
+
+def check_contents(checkpoint: Mapping[str, Any], path: str | Path) -> None:
+    """Every entry a checkpoint's reader uses, checked before anything is built from it; one
+    :class:`CheckpointError` naming ``path`` and the entry. A valid checksum only says the file is as
+    written, not that what was written makes sense (a hand-edited or hostile file has a valid one too).
+
+    - ``model_config``: :meth:`TransformerConfig.from_dict` (types, bounds, the total parameter count);
+    - ``tokenizers``: :func:`~transformer_lib.tokenizers.tokenizer_from_dict` for each side, whose
+      vocabulary size and ``<pad>`` id must be the config's;
+    - ``task`` (a str), ``data`` (a dict), ``step`` and ``epoch`` (integers >= 0), ``rng_state``
+      (the random generators' states, of the sizes torch restores).
+    """
+    def fail(field: str, problem: object) -> CheckpointError:
+        return CheckpointError(f"{path}: {field}: {problem}")
+
+    try:
+        config = TransformerConfig.from_dict(checkpoint["model_config"])
+    except (TypeError, ValueError) as error:
+        raise fail("model_config", error) from None
+    if not isinstance(checkpoint["tokenizers"], Mapping) or set(checkpoint["tokenizers"]) != {"src", "tgt"}:
+        raise fail("tokenizers", "must be a dict of 'src' and 'tgt'")
+    for side in ("src", "tgt"):
+        try:
+            vocab = tokenizer_from_dict(checkpoint["tokenizers"][side], f"tokenizers['{side}']").vocab
+        except (TypeError, ValueError) as error:
+            raise fail(f"tokenizers['{side}']", error) from None
+        size = getattr(config, f"{side}_vocab_size")
+        if len(vocab) != size:
+            raise fail(f"tokenizers['{side}']", f"{len(vocab)} tokens, but model_config.{side}_vocab_size={size}")
+        if vocab.pad_id != config.pad_id:
+            raise fail("model_config.pad_id", f"{config.pad_id}, but <pad> is id {vocab.pad_id} of tokenizers['{side}']")
+    for field, kind in (("task", str), ("data", dict)):
+        if not isinstance(checkpoint[field], kind):
+            raise fail(field, f"must be a {kind.__name__}, got {checkpoint[field]!r}")
+    for field in ("step", "epoch"):
+        value = checkpoint[field]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise fail(field, f"must be an integer >= 0, got {value!r}")
+    _check_rng_state(checkpoint["rng_state"], fail)
+
+
+def _check_rng_state(rng: Any, fail: Callable[[str, object], CheckpointError]) -> None:
+    """The random generators' states: what ``torch.set_rng_state`` (and CUDA's) accept, or an error now
+    rather than a ``RuntimeError`` from deep inside resuming."""
+    expected = tuple(torch.get_rng_state().shape)
+    if isinstance(rng, Mapping) and not rng:
+        return  # a checkpoint made for translating only (no training to resume) may hold none
+    states = [("rng_state", rng)]
+    if isinstance(rng, Mapping) and "processes" in rng:
+        if not isinstance(rng["processes"], list):
+            raise fail("rng_state['processes']", f"must be a list, got {type(rng['processes']).__name__}")
+        states += [(f"rng_state['processes'][{i}]", state) for i, state in enumerate(rng["processes"])]
+    for field, state in states:
+        if not isinstance(state, Mapping) or not isinstance(state.get("torch"), Tensor):
+            raise fail(field, "must be a dict holding the CPU generator's state under 'torch'")
+        cpu, cuda = state["torch"], state.get("cuda")
+        if cpu.dtype != torch.uint8 or tuple(cpu.shape) != expected:
+            raise fail(f"{field}['torch']", f"a {cpu.dtype} tensor of shape {tuple(cpu.shape)}; the CPU generator's "
+                       f"state is torch.uint8 of shape {expected}")
+        if cuda is not None and (not isinstance(cuda, Tensor) or cuda.dtype != torch.uint8 or cuda.dim() != 1 or not cuda.numel()):
+            raise fail(f"{field}['cuda']", "must be a non-empty 1-D torch.uint8 tensor")
 
 
 # The entries of format 1 that format 2 replaced.
@@ -362,7 +408,10 @@ def average_checkpoints(sources: Sequence[str | Path | Mapping[str, Tensor]]) ->
     states = []
     for source in sources:
         if isinstance(source, (str, Path)):
-            loaded = torch.load(source, map_location="cpu", weights_only=True)
+            try:
+                loaded = torch.load(source, map_location="cpu", weights_only=True)
+            except Exception as error:  # noqa: BLE001 - as in load_checkpoint
+                raise CheckpointError(f"{source} cannot be averaged: {refusal_reason(error)}") from error
             source = loaded["model_state"] if isinstance(loaded, dict) and "model_state" in loaded else loaded
         states.append(source)
     first = states[0]

@@ -13,7 +13,7 @@ from .normalization import NORMS
 from .positions import POSITIONAL
 from .validation import check_bool, check_choice, check_int, check_number
 
-__all__ = ["TransformerConfig", "PRESETS", "FILE_CONFIG_LIMITS"]
+__all__ = ["TransformerConfig", "PRESETS", "FILE_CONFIG_LIMITS", "FILE_PARAMETER_LIMIT"]
 
 # Named sizes. "base" and "big" are the paper's Table 3 (with its shared 37,000-token BPE vocabulary,
 # shared source/target embeddings tied to the output projection). "tiny" trains toy tasks on a
@@ -209,7 +209,32 @@ class TransformerConfig:
             value = values.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > limit:
                 raise ValueError(f"model config {name}={value} is more than this library accepts from a file ({limit})")
-        return cls(**values)
+        config = cls(**values)
+        total = config.parameter_count()  # from the sizes alone: nothing is built or allocated yet
+        if total > FILE_PARAMETER_LIMIT:
+            raise ValueError(
+                f"model config describes a model of {total:,} parameters, more than this library accepts "
+                f"from a file ({FILE_PARAMETER_LIMIT:,}); every size is within its limit, but together they "
+                "would fill the memory"
+            )
+        return config
+
+    def parameter_count(self) -> int:
+        """The parameters of the encoder-decoder :class:`~transformer_lib.model.Transformer` this config
+        describes, computed from its sizes (a tied or shared matrix counts once): what
+        ``count_parameters(Transformer(config))`` gives, known before anything is allocated."""
+        D, d_ff, head_width = self.d_model, self.d_ff, self.d_model // self.n_heads
+        kv_width = (self.n_kv_heads or self.n_heads) * head_width
+        attention = 2 * (D * D + D) + 2 * (D * kv_width + kv_width)  # query, output; key, value
+        feed_forward, norm = 2 * D * d_ff + d_ff + D, 2 * D
+        layers = (self.n_encoder_layers * (attention + feed_forward + 2 * norm)
+                  + self.n_decoder_layers * (2 * attention + feed_forward + 3 * norm))
+        embeddings = D * (self.src_vocab_size + self.tgt_vocab_size * (not self.share_embeddings)
+                          + self.tgt_vocab_size * (not self.tie_output))
+        k = self.relative_max_distance  # a stack with layers shares one table: distances -k..k, causal -k..0
+        relative = self.n_heads * ((2 * k + 1) * (self.n_encoder_layers > 0) + (k + 1) * (self.n_decoder_layers > 0))
+        positions = {"learned": 2 * self.max_len * D, "relative": relative}.get(self.positional, 0)  # learned: per stack
+        return layers + embeddings + positions + 2 * norm * self.norm_first  # Pre-LN: each stack's final norm
 
 
 # Upper bounds on sizes read from a file (TransformerConfig.from_dict), far above every preset
@@ -220,3 +245,7 @@ FILE_CONFIG_LIMITS: MappingProxyType[str, int] = MappingProxyType({
     "n_encoder_layers": 128, "n_decoder_layers": 128, "d_ff": 65_536, "max_len": 65_536,
     "relative_max_distance": 65_536,
 })
+# Upper bound on a file's model as a whole (TransformerConfig.parameter_count): 1e9 float32 parameters
+# are 4 GB, 16 GB with Adam's state. "big" has 213 million; sizes each within FILE_CONFIG_LIMITS can
+# still describe 1e12.
+FILE_PARAMETER_LIMIT = 1_000_000_000

@@ -34,6 +34,8 @@ Conventions shared by every function here:
 - The encoder runs once per call.
 - Outputs hold the *generated* tokens only: no ``<bos>``, no prompt; a row ends with its ``<eos>``
   and is padded with ``pad_id`` after it. A row that reaches ``max_new_tokens`` has no ``<eos>``.
+- ``<bos>`` and ``<pad>`` are never generated: their scores are set to ``-inf`` (an undertrained
+  model may rank them first, and they would decode to nothing).
 - ``max_new_tokens`` counts generated tokens, ``<eos>`` included; ``min_new_tokens`` is how many
   must come before ``<eos>`` may.
 - The model is put in eval mode (no dropout) and gradients are off while decoding; its previous
@@ -56,12 +58,13 @@ from torch import Tensor, nn
 
 from .kv_cache import KVCache, kv_cache
 from .masking import causal_mask
-from .validation import check_int, check_number, check_token_ids
+from .validation import check_bool, check_int, check_number, check_token_ids
 
 __all__ = [
     "EncoderDecoder",
     "DecoderOnly",
     "next_token_logits",
+    "never_generated",
     "decoding_step",
     "generation_loop",
     "greedy_decode",
@@ -117,6 +120,7 @@ class DecoderOnly(Protocol):
 def _inference(model: Any, use_cache: bool = False) -> Iterator[KVCache | None]:
     """Eval mode, no gradients and (with ``use_cache``) a key/value cache while decoding; the
     model's previous mode and modules are restored after."""
+    check_bool("use_cache", use_cache)
     was_training = model.training
     model.train(False)
     try:
@@ -239,15 +243,19 @@ def decoding_step(
     eos_id: int | None,
     pad_id: int,
     eos_allowed: bool = True,
+    never: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One token more for every row: ``(tokens (B, T+1), finished (B,), logits (B, V))``.
 
     The decoder reads what the cache has not seen (everything, without a cache), ``pick`` chooses
-    the next token from the scores (with ``<eos>`` barred unless ``eos_allowed``), and a finished
-    row only grows padding. Nothing here reads a tensor's value on the host.
+    the next token from the scores (with ``<eos>`` barred unless ``eos_allowed``, and the ids in
+    ``never``, e.g. ``<bos>`` and ``<pad>`` (:func:`never_generated`), always), and a finished row
+    only grows padding. Nothing here reads a tensor's value on the host.
     """
     inputs = tokens[:, cache.length:] if cache is not None else tokens  # (B, T_new)
     logits = next_token_logits(model, inputs, memory, src_mask, cache)  # (B, V)
+    if never is not None:
+        logits = logits.index_fill(-1, never, float("-inf"))
     if eos_id is not None and not eos_allowed:
         logits = logits.index_fill(-1, torch.tensor([eos_id], device=logits.device), float("-inf"))
     next_token = pick(logits).masked_fill(finished, pad_id)  # (B,)
@@ -268,9 +276,11 @@ def generation_loop(
     eos_id: int | None,
     pad_id: int,
     min_new_tokens: int = 0,
+    bos_id: int | None = None,
 ) -> Tensor:
     """Extend ``tokens`` ``(B, T)`` by :func:`decoding_step` until every row has its ``<eos>`` or
-    ``max_new_tokens`` tokens; returns the new tokens ``(B, <= max_new_tokens)``.
+    ``max_new_tokens`` tokens; returns the new tokens ``(B, <= max_new_tokens)``. ``<pad>`` (and
+    ``<bos>``, if given) is never generated.
 
     Raises:
         ValueError: the model's scores were NaN or +inf at some step (its weights are corrupt).
@@ -278,10 +288,11 @@ def generation_loop(
     first_new = tokens.size(1)
     finished = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)  # (B,)
     corrupt = torch.zeros((), dtype=torch.bool, device=tokens.device)  # any NaN or +inf score so far
+    never = torch.tensor(never_generated(bos_id, eos_id, pad_id), dtype=torch.long, device=tokens.device)
     for step in range(max_new_tokens):
         tokens, finished, logits = decoding_step(
             model, tokens, finished, pick, memory=memory, src_mask=src_mask, cache=cache, eos_id=eos_id,
-            pad_id=pad_id, eos_allowed=step >= min_new_tokens,
+            pad_id=pad_id, eos_allowed=step >= min_new_tokens, never=never,
         )
         corrupt |= (logits.isnan() | logits.isposinf()).any()
         if eos_id is not None and bool(finished.all()):  # the step's one synchronisation: all rows ended?
@@ -292,6 +303,12 @@ def generation_loop(
             "its weights are probably corrupt (a diverged training run?)"
         )
     return tokens[:, first_new:]  # (B, <= max_new_tokens)
+
+
+def never_generated(bos_id: int | None, eos_id: int | None, pad_id: int) -> list[int]:
+    """The special ids a decoder must never output: ``<pad>`` and ``<bos>`` (``<eos>`` ends a row, so
+    it stays, even where a vocabulary shares its id with another special)."""
+    return sorted({i for i in (bos_id, pad_id) if i is not None} - {eos_id})
 
 
 # --- greedy decoding and sampling ---------------------------------------------------------------
@@ -307,7 +324,7 @@ def _translate(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, pick
     with _inference(model, use_cache) as cache:
         memory = model.encode(src, src_mask)  # (B, S, D)
         start = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-        return generation_loop(model, start, pick, memory=memory, src_mask=src_mask, cache=cache, **loop)
+        return generation_loop(model, start, pick, memory=memory, src_mask=src_mask, cache=cache, bos_id=bos_id, **loop)
 
 
 def greedy_decode(

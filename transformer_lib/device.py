@@ -7,7 +7,7 @@ import contextlib
 
 import torch
 
-__all__ = ["AMP_MODES", "default_device", "parse_device", "amp_dtype", "needs_grad_scaler", "autocast_context"]
+__all__ = ["AMP_MODES", "RUNS_ON", "default_device", "parse_device", "amp_dtype", "needs_grad_scaler", "autocast_context"]
 
 # "auto": bf16 autocast on a CUDA GPU with native bf16 (compute capability 8.0 and above), fp16 with
 # a gradient scaler on older GPUs (T4, V100), float32 on CPU; "bf16"/"fp16": always that; "off": never.
@@ -18,6 +18,10 @@ NATIVE_BF16_CAPABILITY = (8, 0)  # Ampere; torch.cuda.is_bf16_supported() is Tru
 def default_device() -> torch.device:
     """``cuda`` when PyTorch sees a CUDA GPU, else ``cpu``."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# The device types a model can be trained and run on here.
+RUNS_ON = ("cpu", "cuda", "mps")
 
 
 def parse_device(name: str | torch.device) -> torch.device:
@@ -34,6 +38,10 @@ def parse_device(name: str | torch.device) -> torch.device:
         device = torch.device(name)
     except (RuntimeError, TypeError) as error:
         raise ValueError(f"device {name!r} is not a device ({error}); use auto, cpu, cuda or cuda:N") from None
+    if device.type not in RUNS_ON:  # "meta" holds shapes only, others need backends this library does not use
+        raise ValueError(f"device {name!r}: this library runs on {', '.join(RUNS_ON)} (or auto), not {device.type}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {name!r}: this machine has no Apple GPU (torch.backends.mps.is_available() is False); use cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r}: this machine has no CUDA GPU (torch.cuda.is_available() is False); use cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():

@@ -19,6 +19,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .validation import check_int
+
 
 __all__ = [
     "TokenEmbedding",
@@ -54,6 +56,8 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int) -> None:
         super().__init__()
+        check_int("vocab_size", vocab_size)
+        check_int("d_model", d_model)
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.embedding = nn.Embedding(vocab_size, d_model)

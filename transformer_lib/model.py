@@ -28,11 +28,13 @@ from .embeddings import TokenEmbedding
 from .masking import padding_mask, target_mask
 from .normalization import NORMS
 from .positions import POSITIONAL, attention_options
+from .validation import check_token_ids
 
 __all__ = [
     "AttentionMaps",
     "init_parameters",
     "count_parameters",
+    "check_sequences",
     "feed_forward",
     "final_norm",
     "build_encoder",
@@ -134,6 +136,14 @@ def upgrade_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     return upgraded
 
 
+def check_sequences(tokens: Tensor, name: str) -> None:
+    """``tokens`` is a ``(B, L)`` integer tensor with ``L >= 1``: a sequence of no tokens has nothing
+    to attend to (its attention rows would be empty). Reads the shape and dtype only."""
+    check_token_ids(tokens, name, batched=True)
+    if tokens.size(1) == 0:
+        raise ValueError(f"{name} has shape {tuple(tokens.shape)}: every sequence needs at least 1 token")
+
+
 class Transformer(nn.Module):
     """The encoder-decoder Transformer.
 
@@ -207,7 +217,10 @@ class Transformer(nn.Module):
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None) -> Tensor:
         """Teacher forcing: logits ``(B, T, V_tgt)``. Masks left out are :meth:`make_masks`'s, never
-        "attend to everything" (a teacher-forced pass without a causal mask would read the answer)."""
+        "attend to everything" (a teacher-forced pass without a causal mask would read the answer).
+        The ids' dtypes and shapes are checked, not their values (that would wait for a GPU)."""
+        check_sequences(src, "src")
+        check_sequences(tgt, "tgt")
         src_mask = padding_mask(src, self.config.pad_id) if src_mask is None else src_mask
         tgt_mask = target_mask(tgt, self.config.pad_id) if tgt_mask is None else tgt_mask
         memory = self.encode(src, src_mask)
@@ -309,6 +322,7 @@ class DecoderOnlyTransformer(nn.Module):
         return h  # (B, T, D)
 
     def forward(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
+        check_sequences(tokens, "tokens")
         mask = self.make_mask(tokens) if mask is None else mask
         return self.output_layer(self.decode(tokens, tgt_mask=mask))  # (B, T, V)
 

@@ -22,6 +22,7 @@ from .batching import SOURCE_FORMAT, TranslationData
 from .multi30k import load_multi30k
 from .subword import SubwordTokenizer
 from .tokenizers import WordTokenizer, tokenize_corpus, tokenizer_from_dict
+from .validation import check_bool, content_sha256, refusal_reason
 from .vocab import Tokenizer, Vocab
 
 __all__ = ["PREPARED_FORMAT", "PreparedTranslation", "prepare_multi30k"]
@@ -72,16 +73,24 @@ class PreparedTranslation:
             "splits": {name: data.to_dict() for name, data in self.splits.items()},
             "text": {name: {"src": [s for s, _ in pairs], "tgt": [t for _, t in pairs]} for name, pairs in self.text.items()},
         }
+        payload["checksum"] = {"sha256": content_sha256(payload)}  # verified by load
         tmp = path.with_name(f".{path.name}.tmp")
         torch.save(payload, tmp)
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | Path) -> PreparedTranslation:
+        """Read a file :meth:`save` wrote (``weights_only``: no code runs), verify its SHA-256 checksum and
+        check every entry before use: the tokenizers, each split's ids (in the vocabularies), lengths
+        (they add up, source and target pair up) and text. Errors are ``ValueError`` s naming the
+        file and the split or entry."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"no prepared data at {path}; make it with `python -m transformer_lib.train --task multi30k --prepare-only --out FOLDER`")
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+            raise FileNotFoundError(f"no prepared data at {path}; make it with `python -m transformer_lib.cli.train --task multi30k --prepare-only --out FOLDER`")
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # noqa: BLE001 - torch raises many kinds for a file of another kind
+            raise ValueError(f"{path} is not prepared data from --prepare-only: {refusal_reason(error)}") from error
         if not isinstance(payload, dict) or payload.get("format") != PREPARED_FORMAT:
             raise ValueError(f"{path} is not prepared translation data (no format={PREPARED_FORMAT!r} entry)")
         if payload.get("version") != PREPARED_VERSION:
@@ -89,17 +98,87 @@ class PreparedTranslation:
                 f"{path} has prepared-data version {payload.get('version')!r}; this library reads version "
                 f"{PREPARED_VERSION}: prepare it again with --prepare-only"
             )
-        src, tgt = (tokenizer_from_dict(payload["tokenizers"][side]) for side in ("src", "tgt"))
-        prepared = cls(
-            src_tokenizer=src, tgt_tokenizer=tgt if tgt != src else src,
-            splits={name: TranslationData.from_dict(values) for name, values in payload["splits"].items()},
-            text={name: list(zip(values["src"], values["tgt"])) for name, values in payload["text"].items()},
-            settings=dict(payload["settings"]),
-        )
-        for data in prepared.splits.values():  # ids from a file are checked once, here
-            data.check_ids(len(src.vocab), len(tgt.vocab))
-        return prepared
+        _verify_checksum(payload, path)
+        return _from_payload(cls, payload, path)
 
+
+def _verify_checksum(payload: Mapping[str, Any], path: Path) -> None:
+    """The file's contents are what :meth:`PreparedTranslation.save` wrote (files written before
+    checksums existed have none, and are checked entry by entry only)."""
+    stored = payload.get("checksum")
+    if stored is None:
+        return
+    contents = {key: value for key, value in payload.items() if key != "checksum"}
+    if not isinstance(stored, dict) or stored.get("sha256") != content_sha256(contents):
+        raise ValueError(
+            f"{path} is corrupt: its contents do not match the SHA-256 checksum stored when it was written "
+            "(the file changed on disk or in a copy); prepare it again with --prepare-only"
+        )
+
+
+def _from_payload(cls: type[PreparedTranslation], payload: Mapping[str, Any], path: Path) -> PreparedTranslation:
+    """The prepared data of a loaded file, every entry checked (``ValueError`` naming ``path`` and the entry)."""
+    try:
+        src, tgt = (tokenizer_from_dict(payload["tokenizers"][side], f"tokenizers['{side}']") for side in ("src", "tgt"))
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path}: the tokenizers: {error}") from None
+    splits, text, settings = payload.get("splits"), payload.get("text"), payload.get("settings")
+    if not isinstance(splits, dict) or "train" not in splits:
+        raise ValueError(f"{path}: 'splits' must be a dict holding at least 'train', got {_describe(splits)}")
+    if not isinstance(text, dict) or not isinstance(settings, dict):
+        raise ValueError(f"{path}: 'text' and 'settings' must be dicts, got {_describe(text)} and {_describe(settings)}")
+    data = {name: _split_from_file(values, len(src.vocab), len(tgt.vocab), f"{path}: split {name!r}")
+            for name, values in splits.items()}
+    pairs = {name: _text_from_file(values, len(data[name]) if name in data else None, f"{path}: text of split {name!r}")
+             for name, values in text.items()}
+    return cls(src_tokenizer=src, tgt_tokenizer=tgt if tgt != src else src, splits=data, text=pairs, settings=dict(settings))
+
+
+def _describe(value: object) -> str:
+    return f"{type(value).__name__} {sorted(value) if isinstance(value, dict) else ''}".strip()
+
+
+_SPLIT_KEYS = ("src_ids", "src_lengths", "tgt_ids", "tgt_lengths")
+
+
+def _split_from_file(values: object, src_size: int, tgt_size: int, where: str) -> TranslationData:
+    """One split of a file (:meth:`TranslationData.to_dict`'s flat ids and lengths), checked: 1-D integer
+    tensors, lengths >= 0 that add up to the ids and pair up, every id inside its vocabulary."""
+    if not isinstance(values, dict) or set(values) != set(_SPLIT_KEYS):
+        raise ValueError(f"{where} must hold exactly {list(_SPLIT_KEYS)}, got {_describe(values)}")
+    for key in _SPLIT_KEYS:
+        tensor = values[key]
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1 or tensor.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{where}: {key} must be a 1-D integer tensor, got {_tensor_kind(tensor)}")
+    if len(values["src_lengths"]) != len(values["tgt_lengths"]):
+        raise ValueError(f"{where}: {len(values['src_lengths'])} source but {len(values['tgt_lengths'])} target sentences")
+    for side, size in (("src", src_size), ("tgt", tgt_size)):
+        ids, lengths = values[f"{side}_ids"], values[f"{side}_lengths"]
+        if len(lengths) and int(lengths.min()) < 0:
+            raise ValueError(f"{where}: {side}_lengths holds a negative length {int(lengths.min())}")
+        if int(lengths.sum()) != len(ids):
+            raise ValueError(f"{where}: {side}_lengths add up to {int(lengths.sum())}, but {side}_ids holds {len(ids)} ids")
+        if len(ids) and not 0 <= int(ids.min()) <= int(ids.max()) < size:
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise ValueError(f"{where}: {side}_ids holds token id {bad}, outside the {side} vocabulary [0, {size - 1}]")
+    return TranslationData.from_dict(values)
+
+
+def _tensor_kind(value: object) -> str:
+    return f"{value.dtype} of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def _text_from_file(values: object, n_pairs: int | None, where: str) -> list[tuple[str, str]]:
+    """One split's raw text: ``{"src": [str], "tgt": [str]}`` of equal length (that of its ids, if any)."""
+    if not isinstance(values, dict) or not all(isinstance(values.get(side), list) for side in ("src", "tgt")):
+        raise ValueError(f"{where} must be a dict of 'src' and 'tgt' lists, got {_describe(values)}")
+    src, tgt = values["src"], values["tgt"]
+    if len(src) != len(tgt) or (n_pairs is not None and len(src) != n_pairs):
+        raise ValueError(f"{where}: {len(src)} sources and {len(tgt)} targets for {n_pairs} pairs of ids")
+    bad = next((s for s in (*src, *tgt) if not isinstance(s, str)), None)
+    if bad is not None:
+        raise ValueError(f"{where} holds a {type(bad).__name__}, not text: {bad!r}")
+    return list(zip(src, tgt))
 
 
 def prepare_multi30k(
@@ -136,6 +215,7 @@ def prepare_multi30k(
     """
     if tokenizer not in _LEARNED:
         raise ValueError(f"tokenizer must be one of {sorted(_LEARNED)}, got {tokenizer!r}")
+    check_bool("lowercase", lowercase)  # "no" would lower-case every sentence
     if "train" not in splits:
         raise ValueError(f"splits must include 'train' (the vocabularies are built from it), got {list(splits)}")
     text = {split: load_multi30k(split, root, src_lang=src_lang, tgt_lang=tgt_lang, **find_options) for split in splits}

@@ -23,6 +23,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .validation import check_bool
 from .vocab import SPECIALS, UNK, Tokenizer, Vocab
 
 __all__ = ["WORD_START", "SubwordTokenizer"]
@@ -69,6 +70,7 @@ class SubwordTokenizer(Tokenizer):
     kind = "bpe"
 
     def __init__(self, tokenizer: Any, lowercase: bool = False) -> None:
+        check_bool("lowercase", lowercase)
         self._tokenizer = tokenizer
         self.lowercase = lowercase
         by_id = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])

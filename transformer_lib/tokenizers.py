@@ -22,7 +22,8 @@ from types import MappingProxyType
 from typing import Any
 
 from .subword import SubwordTokenizer
-from .vocab import Tokenizer, Vocab
+from .validation import check_bool
+from .vocab import SPECIALS, Tokenizer, Vocab
 
 __all__ = [
     "word_splitter",
@@ -31,6 +32,7 @@ __all__ = [
     "WordTokenizer",
     "SymbolTokenizer",
     "TOKENIZERS",
+    "check_language",
     "tokenizer_from_dict",
 ]
 
@@ -39,7 +41,29 @@ __all__ = [
 def _blank_pipeline(lang: str) -> Any:
     import spacy  # imported lazily: only the text pipeline needs it
 
+    check_language(lang)
     return spacy.blank(lang)
+
+
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}")  # spaCy's codes: "de", "en", "grc", "xx" (multi-language)
+
+
+def check_language(lang: object, name: str = "lang") -> None:
+    """``lang`` is a language code spaCy has rules for (``spacy.blank(lang)`` works), or a ``ValueError``
+    naming it: spaCy itself would raise an ``ImportError`` for ``"klingon"``, as if it were not installed.
+    Without spaCy (data prepared elsewhere need none) only the code's form is checked."""
+    known = isinstance(lang, str) and _LANGUAGE_CODE.fullmatch(lang) is not None
+    if known:
+        try:
+            from spacy.util import get_lang_class  # imported lazily: only the text pipeline needs it
+        except ImportError:  # no spaCy (a GPU box training on prepared ids): the code's form is all we check
+            return
+        try:
+            get_lang_class(lang)
+        except ImportError:
+            known = False
+    if not known:
+        raise ValueError(f"{name}={lang!r} is not a language spaCy knows; use a code such as 'de' or 'en'")
 
 
 def word_splitter(lang: str) -> Callable[[str], list[str]]:
@@ -151,6 +175,7 @@ class WordTokenizer(Tokenizer):
     kind = "words"
 
     def __init__(self, vocab: Vocab, lang: str, lowercase: bool = False) -> None:
+        check_bool("lowercase", lowercase)
         self.vocab, self.lang, self.lowercase = vocab, lang, lowercase
 
     def tokenize(self, text: str) -> list[str]:
@@ -164,7 +189,7 @@ class WordTokenizer(Tokenizer):
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> WordTokenizer:
-        return cls(Vocab(values["tokens"]), values["lang"], bool(values.get("lowercase", False)))
+        return cls(Vocab(values["tokens"]), values["lang"], values.get("lowercase", False))
 
 
 class SymbolTokenizer(Tokenizer):
@@ -210,15 +235,69 @@ TOKENIZERS: Mapping[str, type[Tokenizer]] = MappingProxyType({
 })
 
 
-def tokenizer_from_dict(values: Mapping[str, Any]) -> Tokenizer:
-    """The tokenizer a checkpoint's dict describes (see :meth:`Tokenizer.to_dict`).
+# The entries each kind's dict holds (to_dict): anything else in a file (a normalizer, a pre-tokenizer,
+# a regex) is refused, since how text is normalised and split comes from this library, never a file.
+_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "words": ("kind", "tokens", "lang", "lowercase"),
+    "bpe": ("kind", "tokens", "merges", "lowercase"),
+    "symbols": ("kind", "tokens"),
+})
+
+
+def tokenizer_from_dict(values: Mapping[str, Any], where: str = "tokenizer") -> Tokenizer:
+    """The tokenizer a checkpoint's dict describes (see :meth:`Tokenizer.to_dict`), every field checked
+    first: the kind, the tokens (strings, the specials first and in order, none twice), the language
+    of word tokenizers, the merges of BPE (pairs of tokens whose join is a token), ``lowercase``.
+
+    Args:
+        where: what the dict is, for the messages (``"tokenizers['src']"``).
 
     Raises:
-        ValueError: not a dict, or its ``kind`` is not in :data:`TOKENIZERS`.
+        ValueError: a field is missing or wrong; the message names ``where`` and the field.
     """
     if not isinstance(values, Mapping):
-        raise ValueError(f"a tokenizer is stored as a dict, got {type(values).__name__}")
+        raise ValueError(f"{where} must be a dict, got {type(values).__name__}")
     kind = values.get("kind")
     if kind not in TOKENIZERS:
-        raise ValueError(f"unknown tokenizer kind {kind!r}; this library knows {sorted(TOKENIZERS)}")
+        raise ValueError(f"{where}['kind']={kind!r} is not a tokenizer kind this library knows: {sorted(TOKENIZERS)}")
+    unknown = sorted(str(key) for key in set(values) - set(_FIELDS[kind]))
+    if unknown:
+        raise ValueError(f"{where} has entries {unknown} that a {kind!r} tokenizer does not have (it has {list(_FIELDS[kind])})")
+    tokens = _checked_tokens(values.get("tokens"), f"{where}['tokens']")
+    if not isinstance(values.get("lowercase", False), bool):
+        raise ValueError(f"{where}['lowercase'] must be True or False, got {values['lowercase']!r}")
+    if kind == "words":
+        check_language(values.get("lang"), f"{where}['lang']")
+    if kind == "bpe":
+        _check_merges(values.get("merges"), set(tokens), f"{where}['merges']")
     return TOKENIZERS[kind].from_dict(dict(values))
+
+
+def _checked_tokens(tokens: object, where: str) -> list[str]:
+    """A vocabulary read from a file: a list of distinct strings, :data:`SPECIALS` first."""
+    if not isinstance(tokens, (list, tuple)):
+        raise ValueError(f"{where} must be a list of strings, got {type(tokens).__name__}")
+    for i, token in enumerate(tokens):
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"{where}[{i}] must be a non-empty str, got {token!r} ({type(token).__name__})")
+    if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
+        raise ValueError(f"{where} must begin with the specials {list(SPECIALS)} in that order, got {list(tokens[:len(SPECIALS)])}")
+    seen: dict[str, int] = {}
+    for i, token in enumerate(tokens):
+        if token in seen:
+            raise ValueError(f"{where}[{i}]={token!r} appears twice (also at {seen[token]})")
+        seen[token] = i
+    return list(tokens)
+
+
+def _check_merges(merges: object, tokens: set[str], where: str) -> None:
+    """BPE merges read from a file: pairs of tokens whose join is a token too (as training makes them)."""
+    if not isinstance(merges, (list, tuple)):
+        raise ValueError(f"{where} must be a list of pairs, got {type(merges).__name__}")
+    for i, pair in enumerate(merges):
+        pieces_ok = isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
+        if not pieces_ok:
+            raise ValueError(f"{where}[{i}] must be a pair of strings, got {pair!r}")
+        missing = [piece for piece in (*pair, pair[0] + pair[1]) if piece not in tokens]
+        if missing:
+            raise ValueError(f"{where}[{i}]={list(pair)!r} uses {missing[0]!r}, which is not in the vocabulary")

@@ -2,20 +2,32 @@
 
 Small enough to train in seconds on a CPU, and with a rule to learn that can be checked exactly:
 held-out sequences never occur in training, so held-out accuracy measures the rule, not memory.
+The held-out set is stratified by length: every length the task draws is in it, the short ones too
+(there are only 10 sequences of one symbol over 10 symbols; drawn at random they all land in
+training, and a model that maps ``d`` to ``d d`` would still score 100% on the rest).
+:func:`exact_match_by_length` reports a model's held-out accuracy length by length.
 The pairs are a :class:`~transformer_lib.batching.TranslationData`, batched like a translation corpus.
 """
 
 from __future__ import annotations
 
+import math
 import torch
+from torch import nn
 
-from .batching import TranslationData
+from .batching import TranslationData, collate
 from .validation import check_int
 from .vocab import SPECIALS, Vocab
 
-__all__ = ["TOY_TASKS", "toy_vocab", "toy_task"]
+__all__ = ["TOY_TASKS", "MAX_SYMBOLS", "MAX_LENGTH", "MAX_PAIRS", "toy_vocab", "toy_task", "exact_match_by_length"]
 
 TOY_TASKS = ("copy", "reverse")
+# Bounds far above what a toy needs, each checked before any work: beyond them a toy task would fill
+# the memory (10**8 symbols are 10**8 strings) or run for hours.
+MAX_SYMBOLS = 100_000
+MAX_LENGTH = 4_096
+MAX_PAIRS = 10_000_000
+PAD_ID = SPECIALS.index("<pad>")  # collate's padding, as toy_vocab numbers it
 
 
 def toy_vocab(n_symbols: int) -> Vocab:
@@ -24,6 +36,8 @@ def toy_vocab(n_symbols: int) -> Vocab:
     Toy tasks get a real :class:`Vocab` like translation does, so every checkpoint carries one.
     """
     check_int("n_symbols", n_symbols)
+    if n_symbols > MAX_SYMBOLS:
+        raise ValueError(f"n_symbols={n_symbols} is more than a toy task allows ({MAX_SYMBOLS})")
     return Vocab([*SPECIALS, *(str(i) for i in range(n_symbols))])
 
 
@@ -40,9 +54,11 @@ def toy_task(
     """Random symbol sequences and their copy or reversal, split into training and held-out pairs.
 
     Every sequence is distinct, and no held-out sequence occurs in training, so held-out accuracy
-    measures whether the model learned the *rule*, not the examples. Lengths are uniform in
-    ``[shortest, longest]``, symbols uniform over ``n_symbols`` (ids ``4 .. 4 + n_symbols - 1`` of
-    :func:`toy_vocab`).
+    measures whether the model learned the *rule*, not the examples. Lengths are spread evenly over
+    ``[shortest, longest]`` (a length with fewer sequences than its share gets all of them, and the
+    rest go to the others), symbols uniform over ``n_symbols`` (ids ``4 .. 4 + n_symbols - 1`` of
+    :func:`toy_vocab`). The held-out set is stratified: each length gives it its share of
+    ``n_heldout`` (at least one sequence, while ``n_heldout`` allows), so it covers every length drawn.
 
     Args:
         task: ``"copy"`` or ``"reverse"``.
@@ -66,31 +82,137 @@ def toy_task(
     check_int("n_heldout", n_heldout, minimum=0)
     check_int("shortest", shortest)
     check_int("longest", longest, minimum=shortest)
+    if longest > MAX_LENGTH:
+        raise ValueError(f"longest={longest} is more than a toy task allows ({MAX_LENGTH})")
+    if n_train + n_heldout > MAX_PAIRS:
+        raise ValueError(f"n_train + n_heldout = {n_train + n_heldout} is more than a toy task allows ({MAX_PAIRS})")
     toy_vocab(n_symbols)  # validates n_symbols
-    sequences = _distinct_sequences(n_train + n_heldout, n_symbols, shortest, longest, seed)
-    targets = [list(s) if task == "copy" else s[::-1] for s in sequences]
-    train = TranslationData(sequences[:n_train], targets[:n_train])
-    heldout = TranslationData(sequences[n_train:], targets[n_train:])
-    return train, heldout
-
-
-def _distinct_sequences(wanted: int, n_symbols: int, shortest: int, longest: int, seed: int) -> list[list[int]]:
-    """``wanted`` distinct random sequences of the ids of :func:`toy_vocab`'s symbols, in drawing order."""
-    first_id = len(SPECIALS)
-    available = sum(n_symbols**length for length in range(shortest, longest + 1))
-    # Rejection sampling stays fast while the request is a modest fraction of all sequences.
-    if wanted > available // 2:
-        raise ValueError(
-            f"asked for {wanted} distinct sequences, but only {available} exist with n_symbols={n_symbols} "
-            f"and lengths {shortest}..{longest}; ask for at most {available // 2}, or raise longest or n_symbols"
-        )
     generator = torch.Generator().manual_seed(seed)
-    seen: set[tuple[int, ...]] = set()
+    lengths = range(shortest, longest + 1)
+    drawn = _length_quotas(n_train + n_heldout, [_count(n_symbols, n, n_train + n_heldout) for n in lengths], generator)
+    kept = _heldout_quotas(n_heldout, drawn)
+    train_src: list[list[int]] = []
+    heldout_src: list[list[int]] = []
+    for length, n_drawn, n_kept in zip(lengths, drawn, kept):
+        sequences = _distinct_sequences(n_drawn, n_symbols, length, generator)
+        heldout_src += sequences[:n_kept]
+        train_src += sequences[n_kept:]
+    return tuple(_pairs(task, _shuffled(src, generator)) for src in (train_src, heldout_src))  # type: ignore[return-value]
+
+
+def _pairs(task: str, sources: list[list[int]]) -> TranslationData:
+    return TranslationData(sources, [list(s) if task == "copy" else s[::-1] for s in sources])
+
+
+def _shuffled(items: list[list[int]], generator: torch.Generator) -> list[list[int]]:
+    """The lengths mixed (they were drawn length by length), in an order the seed decides."""
+    return [items[i] for i in torch.randperm(len(items), generator=generator).tolist()]
+
+
+def _count(n_symbols: int, length: int, cap: int) -> int:
+    """How many sequences of ``length`` symbols exist, ``n_symbols ** length``, or ``cap + 1`` if more:
+    an exact power of 10 with 100,000 digits takes long, and no request needs more than ``cap``."""
+    if length * math.log(n_symbols) > math.log(cap + 1):
+        return cap + 1
+    return min(n_symbols**length, cap + 1)
+
+
+def _length_quotas(wanted: int, space: list[int], generator: torch.Generator) -> list[int]:
+    """How many sequences to draw of each length: an even share each (the remainder to lengths the seed
+    picks); a length with fewer sequences than its share gives all it has, and the others share the rest."""
+    if wanted > sum(space):
+        raise ValueError(
+            f"asked for {wanted} distinct sequences, but only {sum(space)} exist with these lengths and "
+            "symbols; ask for fewer, or raise longest or n_symbols"
+        )
+    quotas = [0] * len(space)
+    open_lengths = list(range(len(space)))
+    while wanted > 0:  # each round fills every share, or uses up a length
+        share, extra = divmod(wanted, len(open_lengths))
+        lucky = set(torch.randperm(len(open_lengths), generator=generator)[:extra].tolist())
+        for rank, i in enumerate(open_lengths):
+            take = min(share + (rank in lucky), space[i] - quotas[i])
+            quotas[i] += take
+            wanted -= take
+        open_lengths = [i for i in open_lengths if quotas[i] < space[i]]
+    return quotas
+
+
+def _heldout_quotas(n_heldout: int, drawn: list[int]) -> list[int]:
+    """How many of each length's sequences are held out: ``n_heldout`` in proportion to what each
+    length has, at least one per length while ``n_heldout`` allows, and never all of a length's
+    sequences while others have room (training must see every length too)."""
+    total = sum(drawn)
+    if n_heldout == 0:
+        return [0] * len(drawn)
+    room = [n - 1 if n >= 2 else 0 for n in drawn]
+    if n_heldout > sum(room):  # asked for (nearly) everything: whole lengths go too
+        room = list(drawn)
+    ideal = [n_heldout * n / total for n in drawn]
+    kept = [min(r, max(1, math.floor(x))) for r, x in zip(room, ideal)]
+    while sum(kept) > n_heldout:  # the one-per-length minimum overshot: take back where furthest above
+        i = max((i for i in range(len(kept)) if kept[i] > 0), key=lambda i: kept[i] - ideal[i])
+        kept[i] -= 1
+    while sum(kept) < n_heldout:  # rounding down (or a full length) left some: give where furthest below
+        i = max((i for i in range(len(kept)) if kept[i] < room[i]), key=lambda i: ideal[i] - kept[i])
+        kept[i] += 1
+    return kept
+
+
+def _distinct_sequences(wanted: int, n_symbols: int, length: int, generator: torch.Generator) -> list[list[int]]:
+    """``wanted`` distinct random sequences of ``length`` ids of :func:`toy_vocab`'s symbols."""
+    first_id = len(SPECIALS)
+    space = _count(n_symbols, length, 4 * wanted)
+    if space <= 4 * wanted:  # few exist: number them all and pick without replacement
+        picked = torch.randperm(space, generator=generator)[:wanted]  # (wanted,)
+        digits = n_symbols ** torch.arange(length - 1, -1, -1)  # (length,) place values
+        return ((picked[:, None] // digits) % n_symbols + first_id).tolist()
+    seen: set[tuple[int, ...]] = set()  # many exist: rejection sampling, which stays fast at < 1/4 of them
     sequences: list[list[int]] = []
     while len(sequences) < wanted:
-        length = int(torch.randint(shortest, longest + 1, (), generator=generator))
         seq = (torch.randint(0, n_symbols, (length,), generator=generator) + first_id).tolist()
         if tuple(seq) not in seen:
             seen.add(tuple(seq))
             sequences.append(seq)
     return sequences
+
+
+
+@torch.no_grad()
+def exact_match_by_length(model: nn.Module, data: TranslationData, *, batch_size: int = 256,
+                          device: torch.device | str | None = None) -> dict[int, tuple[int, int]]:
+    """A model's exact match on toy pairs, length by length: ``{source length: (matches, pairs)}``.
+
+    One number for the whole held-out set hides the lengths it has few of; this shows each (chapter 5:
+    a reverse model scoring 100% overall while it maps each single symbol ``d`` to ``d d``). Exact match
+    is teacher-forced: every non-padding position's argmax is right, which equals greedy decoding's
+    exact match (see :func:`~transformer_lib.metrics.exact_match_counts`). The model is evaluated in eval mode; its mode is restored afterwards.
+
+    Example:
+        >>> from transformer_lib.config import TransformerConfig
+        >>> from transformer_lib.model import Transformer
+        >>> model = Transformer(TransformerConfig.from_preset("tiny", src_vocab_size=8, tgt_vocab_size=8))
+        >>> _, heldout = toy_task("copy", 60, 12, n_symbols=4, longest=3)
+        >>> sorted(exact_match_by_length(model, heldout))
+        [1, 2, 3]
+    """
+    check_int("batch_size", batch_size)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    by_length: dict[int, list[int]] = {}
+    for i, source in enumerate(data.src):
+        by_length.setdefault(len(source), []).append(i)
+    was_training = model.training
+    model.eval()
+    report: dict[int, tuple[int, int]] = {}
+    try:
+        for length in sorted(by_length):
+            indices, matches = by_length[length], 0
+            for start in range(0, len(indices), batch_size):
+                batch = collate([data[i] for i in indices[start : start + batch_size]]).to(device)
+                right = model(batch.src, batch.tgt_in).argmax(dim=-1) == batch.tgt_out  # (B, T)
+                matches += int((right | (batch.tgt_out == PAD_ID)).all(dim=-1).sum())
+            report[length] = (matches, len(indices))
+    finally:
+        model.train(was_training)
+    return report
+

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ __all__ = [
     "EXTRA_OUTPUT_TOKENS",
     "LENGTH_PENALTY",
     "TranslationError",
+    "TranslationWarning",
     "Translator",
     "read_multi30k_split",
     "evaluate_bleu",
@@ -71,6 +72,12 @@ class TranslationError(ValueError):
     """Input the translator cannot use: the message says what is wrong and what the limit is."""
 
 
+class TranslationWarning(UserWarning):
+    """A translation that is probably worthless: every source word unknown, or an output that is empty
+    or only ``<unk>``. The message names the sentence; a command line can turn it into an exit status
+    (``warnings.catch_warnings(record=True)``, then look for this class)."""
+
+
 @dataclass
 class Translator:
     """A trained model with everything needed to turn text into text.
@@ -88,6 +95,18 @@ class Translator:
     tgt_tokenizer: Tokenizer
     task: str
     data: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """The tokenizers fit the model: their sizes are its vocabularies', their ``<pad>`` its ``pad_id``
+        (else a real token would be masked as padding, or padding read as a token)."""
+        config = self.model.config
+        for side, tokenizer in (("src", self.src_tokenizer), ("tgt", self.tgt_tokenizer)):
+            size = getattr(config, f"{side}_vocab_size")
+            if len(tokenizer.vocab) != size or tokenizer.vocab.pad_id != config.pad_id:
+                raise TranslationError(
+                    f"the {side} tokenizer has {len(tokenizer.vocab)} tokens and <pad> id {tokenizer.vocab.pad_id}, "
+                    f"but the model has {side}_vocab_size={size} and pad_id={config.pad_id}"
+                )
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu", task: str | None = None) -> Translator:
@@ -148,8 +167,7 @@ class Translator:
             TranslationError: a sentence is empty, not text, has symbols a toy task does not know,
                 or is longer than the model's ``config.max_len``.
         """
-        if isinstance(sentences, str):
-            raise TypeError("expected a list of sentences; wrap a single sentence in a list")
+        sentences = _as_sentences(sentences)
         if len(sentences) == 0:
             raise TranslationError("there is nothing to translate: no input sentence was given")
         return [self._source_row(sentence, i) for i, sentence in enumerate(sentences, start=1)]
@@ -184,7 +202,7 @@ class Translator:
                 f"input sentence {i}: every word is unknown to the model's {len(self.src_vocab)}-token source "
                 f"vocabulary (e.g. {unknown[0]!r}), so its translation is a guess; is it in the source language "
                 f"({self.data.get('src_lang', '?')})?",
-                UserWarning, stacklevel=5,
+                TranslationWarning, stacklevel=5,
             )
 
     def encode(self, sentences: Sequence[str]) -> tuple[Tensor, Tensor]:
@@ -216,20 +234,30 @@ class Translator:
             return greedy_decode(self.model, src, src_mask, **ids)
         return beam_search(self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty, **ids).sequences
 
-    def translate_tokens(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64,
+    def translate_tokens(self, sentences: Iterable[str], beam_size: int = 1, batch_size: int = 64,
                          length_penalty: float = LENGTH_PENALTY) -> list[list[str]]:
         """Translate sentences (in batches of similar length); the output tokens of each, in order.
 
         Each list stops before ``<eos>``; :meth:`translate` turns them into text.
         """
-        if isinstance(sentences, str):
-            raise TypeError("translate expects a list of sentences; wrap a single sentence in a list")
+        sentences = _as_sentences(sentences)
         try:
             check_int("beam_size", beam_size)
             check_int("batch_size", batch_size)
         except ValueError as error:
             raise TranslationError(str(error)) from None
-        return self.decode_rows(self.source_ids(sentences), beam_size, batch_size, length_penalty)  # checks every sentence first
+        outputs = self.decode_rows(self.source_ids(sentences), beam_size, batch_size, length_penalty)  # checks every sentence first
+        for i, (sentence, tokens) in enumerate(zip(sentences, outputs), start=1):
+            self._warn_if_worthless(sentence, tokens, i)
+        return outputs
+
+    def _warn_if_worthless(self, sentence: str, tokens: Sequence[str], i: int) -> None:
+        """Warn (:class:`TranslationWarning`) when a translation is empty or only ``<unk>``."""
+        unk = self.tgt_vocab.unk_token
+        if all(token == unk for token in tokens):
+            what = "empty" if not tokens else f"only {unk}"
+            warnings.warn(f"input sentence {i} ({sentence[:80]!r}): its translation is {what}", TranslationWarning,
+                          stacklevel=4)
 
     def decode_rows(self, rows: Sequence[Sequence[int]], beam_size: int = 1, batch_size: int = 64,
                     length_penalty: float = LENGTH_PENALTY) -> list[list[str]]:
@@ -245,9 +273,10 @@ class Translator:
                 out[i] = self.output_tokens(row)
         return out
 
-    def translate(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 64,
+    def translate(self, sentences: Iterable[str], beam_size: int = 1, batch_size: int = 64,
                   length_penalty: float = LENGTH_PENALTY) -> list[str]:
-        """Translate sentences (in batches of similar length) and return detokenized text, in order."""
+        """Translate sentences (any iterable of them, in batches of similar length) and return detokenized
+        text, in order. An empty or ``<unk>``-only translation warns (:class:`TranslationWarning`)."""
         return [self.detokenize(t) for t in self.translate_tokens(sentences, beam_size, batch_size, length_penalty)]
 
 
@@ -258,6 +287,15 @@ def _check_sizes(path: str | Path, config: TransformerConfig, src: Tokenizer, tg
                 f"{path} is an incompatible checkpoint: its {side} tokenizer has {len(tokenizer.vocab)} tokens but "
                 f"model_config.{side}_vocab_size is {size}"
             )
+
+
+def _as_sentences(sentences: object) -> list[str]:
+    """Any iterable of sentences (a list, a generator, a file's lines) as a list; a bare string is refused."""
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError(f"expected sentences, got one {type(sentences).__name__}; wrap a single sentence in a list")
+    if not isinstance(sentences, Iterable):
+        raise TypeError(f"expected an iterable of sentences (a list, a generator), got {type(sentences).__name__}")
+    return list(sentences)
 
 
 def _check_text(sentence: object, i: int) -> str:

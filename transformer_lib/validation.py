@@ -12,13 +12,19 @@ larger shape).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import hashlib
+import re
+from collections.abc import Collection, Mapping
 from math import isfinite
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["check_int", "check_number", "check_choice", "check_bool", "check_token_ids", "check_mask", "check_bias"]
+__all__ = [
+    "check_int", "check_bool", "check_number", "check_choice", "check_token_ids", "check_floats", "check_mask", "check_bias",
+    "content_sha256", "refusal_reason",
+]
 
 
 def check_int(name: str, value: object, minimum: int = 1, *, optional: bool = False) -> None:
@@ -34,6 +40,19 @@ def check_int(name: str, value: object, minimum: int = 1, *, optional: bool = Fa
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if optional else ''}, got {value!r}")
+
+
+def check_bool(name: str, value: object) -> None:
+    """``value`` is ``True`` or ``False``: a yes/no setting, never a string such as ``"no"`` (which is truthy).
+
+    Example:
+        >>> check_bool("norm_first", "no")
+        Traceback (most recent call last):
+        ...
+        ValueError: norm_first must be True or False, got 'no'
+    """
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def check_number(
@@ -71,20 +90,6 @@ def check_choice(name: str, value: object, choices: Collection[object]) -> None:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
 
 
-def check_bool(name: str, value: object) -> None:
-    """``value`` is ``True`` or ``False`` (not ``1``, ``"yes"`` or ``None``, which would read as a
-    setting but mean something else).
-
-    Example:
-        >>> check_bool("qk_norm", "yes")
-        Traceback (most recent call last):
-        ...
-        ValueError: qk_norm must be True or False, got 'yes'
-    """
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
 def check_token_ids(tokens: Tensor, name: str = "token ids", vocab_size: int | None = None, *, batched: bool = False) -> None:
     """Raise a clear error unless ``tokens`` is an integer tensor (``torch.long`` or ``int32``, the
     dtypes ``nn.Embedding`` indexes with), of shape ``(B, L)`` when ``batched``, with every id in
@@ -105,6 +110,27 @@ def check_token_ids(tokens: Tensor, name: str = "token ids", vocab_size: int | N
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
             raise ValueError(f"{name}: token id {bad} is outside the vocabulary [0, {vocab_size - 1}] (vocab_size={vocab_size})")
+
+
+def check_floats(name: str, x: object, dtype: torch.dtype, width: int) -> None:
+    """Raise a clear error unless ``x`` is a ``(..., width)`` floating-point tensor of the module's ``dtype``
+    (any floating dtype inside autocast, which casts it). Reads only the shape and dtype, never a value."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point() or (x.dtype != dtype and not _autocast_enabled(x.device.type)):
+        raise TypeError(
+            f"{name} has dtype {x.dtype}, but the module's weights are {dtype}; convert with .to({dtype}) "
+            "(or convert the module, e.g. .double())"
+        )
+    if x.dim() == 0 or x.size(-1) != width:
+        raise ValueError(f"{name} of shape {tuple(x.shape)} must end in the width {width}")
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no device type
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
 
 
 def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
@@ -150,3 +176,46 @@ def _check_broadcast(name: str, tensor: Tensor, scores_shape: torch.Size | tuple
             f"{scores_shape} (batch..., queries, keys); each of its dimensions must be 1 or equal the "
             "scores' size there"
         )
+
+
+# --- files: checksums and refusals ------------------------------------------------------------------
+
+
+def content_sha256(value: Any) -> str:
+    """SHA-256 of plain values and tensors (each tensor's dtype, shape and bytes), nested in dicts and
+    lists: what checkpoints and prepared data store on saving and recompute on loading."""
+    digest = hashlib.sha256()
+    _update_digest(digest, value)
+    return digest.hexdigest()
+
+
+def _update_digest(digest: Any, value: Any) -> None:
+    if isinstance(value, Tensor):
+        flat = value.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"tensor {flat.dtype} {tuple(value.shape)};".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    elif isinstance(value, Mapping):
+        digest.update(f"dict {len(value)};".encode())
+        for key, item in value.items():
+            digest.update(f"{key!r}:".encode())
+            _update_digest(digest, item)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{type(value).__name__} {len(value)};".encode())
+        for item in value:
+            _update_digest(digest, item)
+    else:
+        digest.update(f"{type(value).__name__} {value!r};".encode())
+
+
+def refusal_reason(error: BaseException) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, without torch's advice to load it with
+    ``weights_only=False``: that would run whatever code the file holds, and no reader of this library
+    should take it. For a file of Python objects, the one it names (``GLOBAL posix.system``)."""
+    text = str(error)
+    if "Weights only load failed" in text:
+        named = re.findall(r"GLOBAL ([\w.]+)", text)  # the object the file asked for, e.g. posix.system
+        detail = f", such as {named[0][:100]}" if named else ""
+        return ("it holds Python objects besides tensors and plain values, which this library never unpickles "
+                f"(unpickling them can run code){detail}; it was not loaded")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and "weights_only" not in line]
+    return f"torch.load could not read it ({type(error).__name__}: {(lines[0] if lines else '')[:200]})"

@@ -49,6 +49,8 @@ class Vocab:
         self.tokens: list[str] = list(tokens)
         self.index: dict[str, int] = {}
         for i, token in enumerate(self.tokens):
+            if not isinstance(token, str):
+                raise TypeError(f"tokens must be str, but token {i} is {token!r} ({type(token).__name__})")
             if token in self.index:
                 raise ValueError(f"token {token!r} appears twice (ids {self.index[token]} and {i})")
             self.index[token] = i
