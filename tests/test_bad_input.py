@@ -513,7 +513,9 @@ def test_a_config_file_of_a_trillion_parameters_is_refused_before_it_is_built() 
 
 def test_the_parameter_count_from_the_sizes_is_the_model_s() -> None:
     for overrides in ({}, {"positional": "learned", "tie_output": False}, {"positional": "relative", "n_kv_heads": 2},
-                      {"share_embeddings": True, "norm_first": False}, {"n_encoder_layers": 0, "positional": "rope"}):
+                      {"share_embeddings": True, "norm_first": False}, {"n_encoder_layers": 0, "positional": "rope"},
+                      {"norm": "rmsnorm", "activation": "swiglu", "qk_norm": True}, {"qk_norm": True, "n_kv_heads": 2},
+                      {"activation": "swiglu", "norm_first": False}):
         config = TransformerConfig.from_preset("tiny", **TINY, **overrides)
         assert config.parameter_count() == count_parameters(Transformer(config)), overrides
 

@@ -225,8 +225,11 @@ class TransformerConfig:
         ``count_parameters(Transformer(config))`` gives, known before anything is allocated."""
         D, d_ff, head_width = self.d_model, self.d_ff, self.d_model // self.n_heads
         kv_width = (self.n_kv_heads or self.n_heads) * head_width
+        norm = D * (1 if self.norm == "rmsnorm" else 2)  # a gain (and a bias for LayerNorm)
         attention = 2 * (D * D + D) + 2 * (D * kv_width + kv_width)  # query, output; key, value
-        feed_forward, norm = 2 * D * d_ff + d_ff + D, 2 * D
+        attention += 2 * norm // D * head_width * self.qk_norm  # QK-norm: one norm of width Dk each for q and k
+        gated = self.activation in GATED_ACTIVATIONS
+        feed_forward = 3 * D * d_ff if gated else 2 * D * d_ff + d_ff + D  # gated: three matrices, no biases
         layers = (self.n_encoder_layers * (attention + feed_forward + 2 * norm)
                   + self.n_decoder_layers * (2 * attention + feed_forward + 3 * norm))
         embeddings = D * (self.src_vocab_size + self.tgt_vocab_size * (not self.share_embeddings)
