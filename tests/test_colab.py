@@ -143,10 +143,10 @@ def colab_view(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Wheels of what the library and its [book] extra require and Colab lacks, and of setuptools (the build backend)."""
-    import tomllib
+    from pyproject_file import read_pyproject
 
     folder = tmp_path_factory.mktemp("wheelhouse")
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = read_pyproject()["project"]
     declared = project["dependencies"] + project["optional-dependencies"]["book"]  # the set-up cell installs [book]
     colab = _requirement_closure(list(COLAB_SHIPS))
     needed = _requirement_closure([Requirement(line).name for line in declared] + ["setuptools"])
