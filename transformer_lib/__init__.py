@@ -37,6 +37,7 @@ README's table says what each holds and names its tests):
     beam_search           beam search                 chapter 6
     evaluation            BLEU, chrF, WER, CER        chapter 6
     translator            Translator, BLEU of a model chapter 6
+    pretrained            the model the book ships    every chapter
     language_models       next-token LM, perplexity   chapter 7
     masked_lm             masked tokens, encoder-only chapter 7
 
