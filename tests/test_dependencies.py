@@ -9,6 +9,7 @@ imports, and the training and translation command lines work end to end.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import re
 import subprocess
@@ -95,3 +96,41 @@ def test_the_library_and_its_command_lines_run_without_the_book_libraries(tmp_pa
     assert result.stdout.strip().endswith("ok")
     assert "no loss.png" in result.stdout  # said, not failed
     assert {p.name for p in (tmp_path / "run").iterdir()} >= {"checkpoint.pt", "metrics.json"}
+
+
+def test_one_version_everywhere_and_a_name_of_our_own() -> None:
+    """The version is written once (transformer_lib.__version__); pyproject reads it, the changelog and
+    the citation file name it; the distribution's name is not PyPI's other transformer-lib."""
+    import yaml
+
+    import transformer_lib
+
+    pyproject = read_pyproject()
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "transformer_lib.__version__"}
+    assert pyproject["project"]["name"] == transformer_lib.__project__ == "tested-transformer"
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert re.search(r"^## \[(.+?)\]", changelog, re.M).group(1) == transformer_lib.__version__, "the newest entry"
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert str(citation["version"]) == transformer_lib.__version__
+    scripts = pyproject["project"]["scripts"]
+    for target in scripts.values():
+        module, function = target.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["transformer_lib"]
+    assert (ROOT / "transformer_lib" / "py.typed").is_file()
+
+
+def test_make_lowest_pins_every_floor_that_pyproject_declares() -> None:
+    """`make lowest` tests the versions a user may get: each base dependency pinned at its floor."""
+    pins = {}
+    for line in (ROOT / "requirements-lowest.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("#")[0].strip().split("==")
+            pins[_name(name)] = version
+    project = _pyproject()
+    assert project["requires-python"] == ">=3.10" and "3.10" in (ROOT / "Makefile").read_text()
+    for requirement in project["dependencies"]:
+        floor = re.search(r">=\s*([\d.]+)", requirement).group(1).split(".")
+        pinned = pins[_name(requirement)].split(".")
+        assert pinned[: len(floor)] == floor, f"{requirement}: requirements-lowest.txt pins {'.'.join(pinned)}"
