@@ -18,7 +18,7 @@ from transformer_lib.losses import label_smoothed_cross_entropy
 from transformer_lib.schedules import warmup_cosine_rate
 from transformer_lib.tokenizers import SymbolTokenizer
 from transformer_lib.toy_tasks import toy_task, toy_vocab
-from transformer_lib.trainer import TrainConfig, Trainer
+from transformer_lib.trainer import TrainConfig, Trainer, make_optimizer
 
 # --- the training loop ---------------------------------------------------------------------------
 
@@ -218,3 +218,16 @@ def test_collate_matches_what_the_loop_feeds_the_model() -> None:
     batch = collate([([4, 5], [6, 7, 8])])
     logits = F.one_hot(batch.tgt_out, 9).float() * 100  # (B, T, V): certain of the right next token
     assert label_smoothed_cross_entropy(logits, batch.tgt_out).item() == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(("version", "fused"), [("2.3.1+cpu", False), ("2.4.0", True), ("2.13.0+cpu", True), ("3.0.0a0", True)])
+def test_adamw_is_fused_on_cpu_only_where_pytorch_has_the_kernel(monkeypatch: pytest.MonkeyPatch, version: str,
+                                                                 fused: bool) -> None:
+    """PyTorch 2.3 accepts fused=True for CPU tensors and fails at the first step (issue 30): the
+    version decides, and the optimizer it gives takes a step."""
+    monkeypatch.setattr(torch, "__version__", version)
+    model = torch.nn.Linear(3, 2)
+    optimizer = make_optimizer(model)
+    assert bool(optimizer.defaults.get("fused")) is fused and bool(optimizer.defaults.get("foreach")) is not fused
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
