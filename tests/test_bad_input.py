@@ -21,6 +21,8 @@ from transformer_lib.beam_search import beam_search
 from transformer_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer_lib.cli import train, translate
 from transformer_lib.cli.common import DEBUG_ENV
+from transformer_lib.cli.options import RunConfig
+from transformer_lib.cli.profiles import DEFAULTS
 from transformer_lib.config import TransformerConfig
 from transformer_lib.decoding import greedy_decode, sample, sampling_distribution
 from transformer_lib.model import Transformer
@@ -90,6 +92,18 @@ TRAIN_OPTIONS = [
     (["--norm-first", "middle"], ["middle"]),
     (["--batch-size", "abc"], ["--batch-size", "'abc'"]),
     (["--schedule", "linear"], ["--schedule", "'linear'"]),
+    # upper bounds: a typo must not allocate for hours (issue 27: --n-symbols 10**8 ran out of memory,
+    # a --longest of 100000 hung)
+    (["--n-symbols", "100000000"], ["--n-symbols", "100000000", "10,000"]),
+    (["--longest", "100000"], ["--longest", "100000", "512"]),
+    (["--batch-size", "10000000"], ["--batch-size", "10000000"]),
+    (["--max-steps", "10000000000"], ["--max-steps", "10000000000"]),
+    (["--keep-weights", "5000"], ["--keep-weights", "5000"]),
+    (["--lr", "100"], ["--lr", "100"]),
+    (["--seed", "-1"], ["--seed", "-1"]),
+    (["--threads", "0"], ["--threads", "0"]),
+    (["--threads", "5000"], ["--threads", "5000"]),
+    (["--threads", "two"], ["--threads", "'two'"]),
 ]
 
 
@@ -99,6 +113,14 @@ def test_train_rejects_a_bad_option_in_one_line(tmp_path: Path, capsys, options:
     code, err = run(train.cli, [*TOY, "--out", str(out), *options], capsys)
     assert_one_line_error(code, err, *names)
     assert not out.exists(), "a run that never started left its output folder behind"
+
+
+@pytest.mark.parametrize(("field", "value"), [("lowercase", "no"), ("compile", 1), ("norm_first", "False")])
+def test_a_run_setting_that_should_be_yes_or_no_must_be_a_boolean(field: str, value: object) -> None:
+    """A checkpoint's run settings are read with RunConfig.from_dict: "no" is not False (issue 27)."""
+    settings = {**RunConfig(task="reverse", profile="fast", **DEFAULTS["toy"]["fast"]).to_dict(), field: value}
+    with raises(ValueError, "--" + field.replace("_", "-"), repr(value)):
+        RunConfig.from_dict(settings)
 
 
 @NO_CUDA
