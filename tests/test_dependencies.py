@@ -31,8 +31,15 @@ def _name(requirement: str) -> str:
 
 
 def _distributions(module: str) -> set[str]:
+    """The distributions that install the top-level package of ``module``."""
     top = module.split(".")[0]
-    return {d.lower().replace("_", "-") for d in importlib.metadata.packages_distributions().get(top, [])}
+    found = {d.lower().replace("_", "-") for d in importlib.metadata.packages_distributions().get(top, [])}
+    if found:
+        return found
+    # Python 3.10 reads only top_level.txt, which wheels built without setuptools (jiwer, tokenizers,
+    # safetensors, filelock at their floors) lack: look for the package among each distribution's files.
+    return {dist.metadata["Name"].lower().replace("_", "-") for dist in importlib.metadata.distributions()
+            if any(f.parts[0] in (top, f"{top}.py") for f in dist.files or [])}
 
 
 def test_the_base_install_is_what_the_core_and_the_command_lines_import() -> None:
