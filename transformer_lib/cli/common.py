@@ -54,9 +54,9 @@ def default_threads(small_model: bool) -> int:
     """The default of ``--threads``: 1 for a small model, else up to 4 of the cores this process may use.
 
     A small model's matrices are too small to split across threads, and on a shared machine extra
-    threads wait on each other: on a loaded 2-core machine 150 updates of the reverse task took 87.9 s
-    with PyTorch's default threads and 9.3 s with one (issue 30). Larger models gain from a few
-    threads (the Multi30k preset: 1.13x at 2 threads against 1, ``benchmarks/``), rarely from more.
+    threads wait on each other: on a loaded 2-core machine 150 updates of the reverse task took 106 s
+    with one thread and 499 s with two (``benchmarks/bench_threads.py``). Larger models gain from a few
+    threads (the Multi30k preset: 1.13x the throughput at 2 threads against 1, ``benchmarks/``), rarely from more.
     """
     return 1 if small_model else max(1, min(4, available_cores()))
 

@@ -1,8 +1,8 @@
-"""Train a Transformer from the command line: ``python -m transformer_lib.cli.train``.
+"""Train a Transformer from the command line: ``transformer-train`` (or ``python -m transformer_lib.cli.train``).
 
 Examples::
 
-    python -m transformer_lib.cli.train --task reverse --out runs/reverse          # a minute on a laptop CPU
+    transformer-train --task reverse --out runs/reverse          # about 30 s on a CPU (30.8 s on a shared 2-core one)
     python -m transformer_lib.cli.train --task multi30k --profile full --out runs/multi30k
     # a GPU machine without the data or spaCy: prepare on another machine, copy data.pt
     python -m transformer_lib.cli.train --task multi30k --prepare-only --out runs/m30k-data
