@@ -18,7 +18,7 @@ from transformer_lib.losses import label_smoothed_cross_entropy
 from transformer_lib.schedules import warmup_cosine_rate
 from transformer_lib.tokenizers import SymbolTokenizer
 from transformer_lib.toy_tasks import toy_task, toy_vocab
-from transformer_lib.trainer import TrainConfig, Trainer, make_optimizer
+from transformer_lib.trainer import TrainConfig, Trainer, _torch_version, make_optimizer
 
 # --- the training loop ---------------------------------------------------------------------------
 
@@ -225,6 +225,8 @@ def test_adamw_is_fused_on_cpu_only_where_pytorch_has_the_kernel(monkeypatch: py
                                                                  fused: bool) -> None:
     """PyTorch 2.3 accepts fused=True for CPU tensors and fails at the first step (issue 30): the
     version decides, and the optimizer it gives takes a step."""
+    if fused and _torch_version() < (2, 4):
+        pytest.skip(f"this PyTorch ({torch.__version__}) has no fused CPU kernel: calling it {version} cannot add one")
     monkeypatch.setattr(torch, "__version__", version)
     model = torch.nn.Linear(3, 2)
     optimizer = make_optimizer(model)

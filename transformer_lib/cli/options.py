@@ -218,7 +218,8 @@ class SessionOptions:
                                  "then the options given) as JSON, and exit", False)
 
     def __post_init__(self) -> None:
-        check_int(flag("threads"), self.threads, optional=True)
+        if self.threads is not None:  # None: the default for the model's size
+            check_int(flag("threads"), self.threads)
         _check_flags(self, ("restart", "no_progress", "debug", "prepare_only", "tensorboard", "print_config"))
         _check_maxima(self)
 

@@ -88,7 +88,8 @@ def _check_options(args: argparse.Namespace) -> None:
         check_int("--batch-size", args.batch_size)
         check_at_most("--batch-size", args.batch_size, MAX_BATCH)
         check_int("--limit", args.limit, optional=True)
-        check_int("--threads", args.threads, optional=True)
+        if args.threads is not None:  # None: the default for the model's size
+            check_int("--threads", args.threads)
         check_at_most("--threads", args.threads, MAX_THREADS)
         if args.length_penalty is not None:
             check_number("--length-penalty", args.length_penalty, 0, 10, high_open=False)
