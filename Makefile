@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 # Two pytest workers on two cores: one BLAS thread each, or they fight over the cores.
 PYTEST_WORKERS ?= 2
 
-.PHONY: book test site-test setup checks unit notebooks browser clean
+.PHONY: book test site-test setup checks unit lowest notebooks browser clean
 
 setup: $(STAMP)
 
@@ -53,6 +53,21 @@ checks: $(STAMP)
 unit: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --doctest-modules transformer_lib tests -m "not browser" \
 	  --ignore=tests/test_colab.py
+
+# The library's unit tests at the lowest versions pyproject.toml declares (requirements-lowest.txt pins
+# them) on the lowest Python it declares, in their own .venv-lowest: what `pip install` may give a user
+# is what a test passed with. The book's tests need the book's libraries and are left out.
+LOWEST_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3.10) python3.10)
+LOWEST_VENV := .venv-lowest
+LOWEST_TESTS = $(filter-out tests/test_book% tests/test_colab.py tests/test_site% tests/test_install.py,$(wildcard tests/test_*.py))
+lowest: $(LOWEST_VENV)/.installed
+	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) $(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider -q $(LOWEST_TESTS)
+
+$(LOWEST_VENV)/.installed: requirements-lowest.txt
+	test -x $(LOWEST_VENV)/bin/python || $(LOWEST_PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 10), sys.version'
+	$(LOWEST_VENV)/bin/python -m pip install --quiet -r requirements-lowest.txt
+	touch $@
 
 # Every chapter under nbmake in this checkout's .venv, two at a time: the quick check while writing one.
 notebooks: $(STAMP)

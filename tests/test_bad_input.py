@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 import torch
 from errors import raises
 
@@ -23,6 +24,8 @@ from transformer_lib.blocks import FeedForward, Residual
 from transformer_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer_lib.cli import train, translate
 from transformer_lib.cli.common import DEBUG_ENV
+from transformer_lib.cli.options import RunConfig
+from transformer_lib.cli.profiles import DEFAULTS
 from transformer_lib.config import FILE_PARAMETER_LIMIT, TransformerConfig
 from transformer_lib.decoding import greedy_decode, next_token_logits, sample, sampling_distribution
 from transformer_lib.device import parse_device
@@ -52,7 +55,7 @@ def run(cli, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 def assert_one_line_error(code: int, err: str, *names: str) -> None:
     assert code == 2, err
     assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if not line.startswith("warning: ")]
+    lines = [line for line in err.splitlines() if not line.startswith(("warning: ", "info: "))]
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     for name in names:
         assert name in lines[0], (name, lines[0])
@@ -96,6 +99,18 @@ TRAIN_OPTIONS = [
     (["--norm-first", "middle"], ["middle"]),
     (["--batch-size", "abc"], ["--batch-size", "'abc'"]),
     (["--schedule", "linear"], ["--schedule", "'linear'"]),
+    # upper bounds: a typo must not allocate for hours (issue 27: --n-symbols 10**8 ran out of memory,
+    # a --longest of 100000 hung)
+    (["--n-symbols", "100000000"], ["--n-symbols", "100000000", "10,000"]),
+    (["--longest", "100000"], ["--longest", "100000", "512"]),
+    (["--batch-size", "10000000"], ["--batch-size", "10000000"]),
+    (["--max-steps", "10000000000"], ["--max-steps", "10000000000"]),
+    (["--keep-weights", "5000"], ["--keep-weights", "5000"]),
+    (["--lr", "100"], ["--lr", "100"]),
+    (["--seed", "-1"], ["--seed", "-1"]),
+    (["--threads", "0"], ["--threads", "0"]),
+    (["--threads", "5000"], ["--threads", "5000"]),
+    (["--threads", "two"], ["--threads", "'two'"]),
 ]
 
 
@@ -105,6 +120,14 @@ def test_train_rejects_a_bad_option_in_one_line(tmp_path: Path, capsys, options:
     code, err = run(train.cli, [*TOY, "--out", str(out), *options], capsys)
     assert_one_line_error(code, err, *names)
     assert not out.exists(), "a run that never started left its output folder behind"
+
+
+@pytest.mark.parametrize(("field", "value"), [("lowercase", "no"), ("compile", 1), ("norm_first", "False")])
+def test_a_run_setting_that_should_be_yes_or_no_must_be_a_boolean(field: str, value: object) -> None:
+    """A checkpoint's run settings are read with RunConfig.from_dict: "no" is not False (issue 27)."""
+    settings = {**RunConfig(task="reverse", profile="fast", **DEFAULTS["toy"]["fast"]).to_dict(), field: value}
+    with raises(ValueError, "--" + field.replace("_", "-"), repr(value)):
+        RunConfig.from_dict(settings)
 
 
 @NO_CUDA
@@ -186,11 +209,9 @@ def test_stale_temporary_files_are_removed_on_the_next_start(run_copy: Path) -> 
 
 
 def test_a_second_run_into_a_locked_folder_is_refused(run_copy: Path, capsys) -> None:
-    fcntl = pytest.importorskip("fcntl")
-    with open(run_copy / ".lock", "a+") as held:  # another run holds the folder
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with FileLock(run_copy / ".lock"):  # another run holds the folder
         code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, str(os.getpid()), str(run_copy))
+    assert_one_line_error(code, err, str(run_copy))
 
 
 def test_restart_moves_earlier_results_aside(run_copy: Path) -> None:

@@ -27,13 +27,16 @@ CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]
 
+VERSION = re.search(r'^__version__ = "(.+)"', (ROOT / "transformer_lib" / "__init__.py").read_text(), re.M).group(1)
 SETUP_CELL = f"""\
-# On Colab (or wherever transformer_lib is not installed) this installs the library from the
-# book's repository. Where it is installed already (a clone, the website build) it does nothing.
+# On Colab (or wherever this book's library is missing) this installs it, at this book's
+# release, from its repository; where it is installed (a clone, the website build) it does
+# nothing. A look-alike package on PyPI also imports as transformer_lib: the check tells.
 try:
     import transformer_lib
-except ImportError:
-    %pip install --quiet "transformer_lib[book] @ git+{REPO_URL}"
+    assert transformer_lib.__project__ == "tested-transformer"
+except (ImportError, AttributeError, AssertionError):
+    %pip install --quiet "tested-transformer[book] @ git+{REPO_URL}@v{VERSION}"
 """
 
 

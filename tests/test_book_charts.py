@@ -47,8 +47,8 @@ def test_enable_charts_registers_and_enables_the_renderer(restore_renderer) -> N
 def test_the_script_is_package_data() -> None:
     script = resources.files("transformer_lib.book").joinpath("chart_embed.js").read_text(encoding="utf-8")
     assert "__ID__, __SPEC__, __OPTIONS__, __CDN__" in script
-    import tomllib
+    from pyproject_file import read_pyproject
 
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    pyproject = read_pyproject()
     # so `pip install` ships it (tests/test_install.py checks an installed copy has it)
     assert "chart_embed.js" in pyproject["tool"]["setuptools"]["package-data"]["transformer_lib.book"]

@@ -157,10 +157,10 @@ def colab_view(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Wheels of what the library and its [book] extra require and Colab lacks, and of setuptools (the build backend)."""
-    import tomllib
+    from pyproject_file import read_pyproject
 
     folder = tmp_path_factory.mktemp("wheelhouse")
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = read_pyproject()["project"]
     declared = project["dependencies"] + project["optional-dependencies"]["book"]  # the set-up cell installs [book]
     colab = _requirement_closure(list(COLAB_SHIPS))
     needed = _requirement_closure([Requirement(line).name for line in declared] + ["setuptools"])
@@ -209,7 +209,8 @@ def _section_copy(section: str, folder: Path) -> Path:
     notebook = nbformat.read(ROOT / "book" / section, as_version=4)
     setup = [cell for cell in notebook.cells if cell.cell_type == "code" and REPOSITORY in cell.source]
     assert len(setup) == 1, f"{section}: one set-up cell installs from {REPOSITORY}"
-    setup[0].source = setup[0].source.replace(REPOSITORY, f"git+file://{ROOT}")
+    # this clone as it is, not the release the cell pins (@vX.Y.Z)
+    setup[0].source = re.sub(re.escape(REPOSITORY) + r"(@[\w.\-]+)?", f"git+file://{ROOT}", setup[0].source)
     path = folder / Path(section).name
     nbformat.write(notebook, path)
     return path
@@ -297,7 +298,7 @@ def test_the_set_up_cell_installed_the_library_into_the_runtime(runtime: dict[st
     """After the sections ran, the library and the dependencies Colab lacks are in the runtime's own
     environment (not found through this checkout)."""
     if not any((runtime["home"] / "venv").rglob("transformer_lib/__init__.py")):
-        subprocess.run([runtime["python"], "-m", "pip", "install", "--quiet", f"transformer_lib[book] @ git+file://{ROOT}"],
+        subprocess.run([runtime["python"], "-m", "pip", "install", "--quiet", f"tested-transformer[book] @ git+file://{ROOT}"],
                        env=_clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(runtime["wheelhouse"])), check=True)
     where = _probe(runtime["python"], "import sacrebleu, transformer_lib; print(transformer_lib.__file__, sacrebleu.__file__)")
     assert where.returncode == 0, where.stderr[-2000:]

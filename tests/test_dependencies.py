@@ -9,20 +9,21 @@ imports, and the training and translation command lines work end to end.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
+from pyproject_file import read_pyproject
 from test_layout import APPS, CORE, ROOT, imports
 
 BOOK_LIBRARIES = ["altair", "pandas", "matplotlib", "vl_convert", "IPython", "jupyter_book", "sphinx"]
 
 
 def _pyproject() -> dict:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return read_pyproject()["project"]
 
 
 def _name(requirement: str) -> str:
@@ -30,8 +31,15 @@ def _name(requirement: str) -> str:
 
 
 def _distributions(module: str) -> set[str]:
+    """The distributions that install the top-level package of ``module``."""
     top = module.split(".")[0]
-    return {d.lower().replace("_", "-") for d in importlib.metadata.packages_distributions().get(top, [])}
+    found = {d.lower().replace("_", "-") for d in importlib.metadata.packages_distributions().get(top, [])}
+    if found:
+        return found
+    # Python 3.10 reads only top_level.txt, which wheels built without setuptools (jiwer, tokenizers,
+    # safetensors, filelock at their floors) lack: look for the package among each distribution's files.
+    return {dist.metadata["Name"].lower().replace("_", "-") for dist in importlib.metadata.distributions()
+            if any(f.parts[0] in (top, f"{top}.py") for f in dist.files or [])}
 
 
 def test_the_base_install_is_what_the_core_and_the_command_lines_import() -> None:
@@ -60,7 +68,8 @@ def test_the_book_libraries_are_an_extra() -> None:
     assert not book & base
     assert "jupyter-book" in {_name(r) for r in project["optional-dependencies"]["site"]}
     setup = (ROOT / "tests" / "test_book.py").read_text()
-    assert '"transformer_lib[book] @ git+' in setup, "the chapters' set-up cell installs the extra"
+    # pip refuses a direct reference whose name is not the distribution's ("inconsistent name").
+    assert f'"{project["name"]}[book] @ git+' in setup, "the chapters' set-up cell installs the extra, by the project's name"
     assert "-e .[book,site]" in (ROOT / "requirements.txt").read_text(), "make installs the extras"
 
 
@@ -94,3 +103,41 @@ def test_the_library_and_its_command_lines_run_without_the_book_libraries(tmp_pa
     assert result.stdout.strip().endswith("ok")
     assert "no loss.png" in result.stdout  # said, not failed
     assert {p.name for p in (tmp_path / "run").iterdir()} >= {"checkpoint.pt", "metrics.json"}
+
+
+def test_one_version_everywhere_and_a_name_of_our_own() -> None:
+    """The version is written once (transformer_lib.__version__); pyproject reads it, the changelog and
+    the citation file name it; the distribution's name is not PyPI's other transformer-lib."""
+    import yaml
+
+    import transformer_lib
+
+    pyproject = read_pyproject()
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "transformer_lib.__version__"}
+    assert pyproject["project"]["name"] == transformer_lib.__project__ == "tested-transformer"
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert re.search(r"^## \[(.+?)\]", changelog, re.M).group(1) == transformer_lib.__version__, "the newest entry"
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert str(citation["version"]) == transformer_lib.__version__
+    scripts = pyproject["project"]["scripts"]
+    for target in scripts.values():
+        module, function = target.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["transformer_lib"]
+    assert (ROOT / "transformer_lib" / "py.typed").is_file()
+
+
+def test_make_lowest_pins_every_floor_that_pyproject_declares() -> None:
+    """`make lowest` tests the versions a user may get: each base dependency pinned at its floor."""
+    pins = {}
+    for line in (ROOT / "requirements-lowest.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("#")[0].strip().split("==")
+            pins[_name(name)] = version
+    project = _pyproject()
+    assert project["requires-python"] == ">=3.10" and "3.10" in (ROOT / "Makefile").read_text()
+    for requirement in project["dependencies"]:
+        floor = re.search(r">=\s*([\d.]+)", requirement).group(1).split(".")
+        pinned = pins[_name(requirement)].split(".")
+        assert pinned[: len(floor)] == floor, f"{requirement}: requirements-lowest.txt pins {'.'.join(pinned)}"

@@ -29,11 +29,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 _PROBE = """
-import json, transformer_lib
+import json, importlib.metadata, importlib.resources, transformer_lib
 from transformer_lib.book import charts, results, artifacts
 runs = results.committed_results()
 print(json.dumps({
     "file": transformer_lib.__file__,
+    "project": transformer_lib.__project__,
+    "version": transformer_lib.__version__,
+    "metadata_version": importlib.metadata.version("tested-transformer"),
+    "typed": importlib.resources.files("transformer_lib").joinpath("py.typed").is_file(),
     "script": len(charts._embed_script()),
     "runs": sorted(runs),
     "recipes": len(results.committed_results(results.COMMITTED_RUNS / "recipes")),
@@ -59,7 +63,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     before = _run(python, "-c", "import transformer_lib", cwd=home)
     assert before.returncode != 0, "the new environment must not see this checkout's transformer_lib"
     pip = _run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-               f"transformer_lib[book] @ git+file://{ROOT}", cwd=home)
+               f"tested-transformer[book] @ git+file://{ROOT}", cwd=home)
     assert pip.returncode == 0, pip.stderr[-3000:]
     return python
 
@@ -71,6 +75,9 @@ def test_the_installed_package_has_its_data(installed: Path, tmp_path: Path) -> 
     assert "site-packages" in found["file"] and not found["file"].startswith(str(ROOT)), found["file"]
     assert "multi30k_full_metrics" in found["runs"], "chapters 5 and 6 show the committed full run"
     assert found["recipes"] >= 20 and found["artifacts"] and found["script"] > 1000, found
+    # One version, read by pyproject from the package; the project's mark that tells it from PyPI's transformer-lib.
+    assert found["project"] == "tested-transformer" and found["metadata_version"] == found["version"], found
+    assert found["typed"], "py.typed ships, so type checkers read the package's annotations"
 
 
 def test_the_train_cli_writes_where_it_is_told_from_any_folder(installed: Path, tmp_path: Path) -> None:
@@ -85,3 +92,17 @@ def test_the_train_cli_writes_where_it_is_told_from_any_folder(installed: Path, 
                      "1 2 3", cwd=work)
     assert translate.returncode == 0, translate.stderr[-3000:]
     assert translate.stdout.strip(), "a translation is printed"
+
+
+def test_the_console_scripts_run_and_say_their_version(installed: Path, tmp_path: Path) -> None:
+    import transformer_lib
+
+    bin_dir = installed.parent
+    for script in ("transformer-train", "transformer-translate"):
+        run = _run(bin_dir / script, "--version", cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert transformer_lib.__version__ in run.stdout and script in run.stdout, run.stdout
+    piped = subprocess.run([str(bin_dir / "transformer-translate"), "--pretrained", "--beam-size", "1"], input="Ein Hund rennt.\n",
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                           env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "OMP_NUM_THREADS": "1"})
+    assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 1, piped.stderr[-3000:]

@@ -424,7 +424,7 @@ BODY_CONTRAST_JS = """() => {
 
 SETUP_CELLS_JS = """() => Array.from(document.querySelectorAll("div.cell")).filter(c => {
   const code = c.querySelector(".cell_input pre");
-  return code && code.textContent.includes("%pip install") && code.textContent.includes("transformer_lib[book] @ git+");
+  return code && code.textContent.includes("%pip install") && code.textContent.includes("tested-transformer[book] @ git+");
 }).map(c => !!c.querySelector(".tt-colab-setup-note"))"""
 
 # How much of a page is code a reader has to scroll past, in its default state (collapsed cells stay

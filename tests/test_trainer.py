@@ -18,7 +18,7 @@ from transformer_lib.losses import label_smoothed_cross_entropy
 from transformer_lib.schedules import warmup_cosine_rate
 from transformer_lib.tokenizers import SymbolTokenizer
 from transformer_lib.toy_tasks import toy_task, toy_vocab
-from transformer_lib.trainer import TrainConfig, Trainer
+from transformer_lib.trainer import TrainConfig, Trainer, _torch_version, make_optimizer
 
 # --- the training loop ---------------------------------------------------------------------------
 
@@ -284,3 +284,18 @@ def test_fit_makes_one_update_per_group_of_batches_and_counts_epochs_in_batches(
     assert [e["train_tokens"] for e in history["epochs"]] == [sum(len(t) + 1 for t in train.tgt)] * 2
     with raises(ValueError, "batches_per_update", 0):
         TrainConfig(batches_per_update=0)
+
+
+@pytest.mark.parametrize(("version", "fused"), [("2.3.1+cpu", False), ("2.4.0", True), ("2.13.0+cpu", True), ("3.0.0a0", True)])
+def test_adamw_is_fused_on_cpu_only_where_pytorch_has_the_kernel(monkeypatch: pytest.MonkeyPatch, version: str,
+                                                                 fused: bool) -> None:
+    """PyTorch 2.3 accepts fused=True for CPU tensors and fails at the first step (issue 30): the
+    version decides, and the optimizer it gives takes a step."""
+    if fused and _torch_version() < (2, 4):
+        pytest.skip(f"this PyTorch ({torch.__version__}) has no fused CPU kernel: calling it {version} cannot add one")
+    monkeypatch.setattr(torch, "__version__", version)
+    model = torch.nn.Linear(3, 2)
+    optimizer = make_optimizer(model)
+    assert bool(optimizer.defaults.get("fused")) is fused and bool(optimizer.defaults.get("foreach")) is not fused
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()

@@ -29,7 +29,7 @@ README's table says what each holds and names its tests):
     toy_tasks             copy and reverse            chapter 5, 6, 7
     distributed           several processes           chapter 5
     losses                label-smoothed loss         chapter 5
-    schedules             learning-rate schedules     chapter 5
+    schedules             AdamW and its lr schedules  chapter 5
     metrics               accuracy, evaluation        chapter 5
     checkpoint            checkpoint files            chapter 5
     trainer               the training loop           chapter 5, 7
@@ -48,7 +48,8 @@ in one table (``positions``).
 
 Import from the modules (``from transformer_lib.attention import MultiHeadAttention``) or from here.
 Installing the package brings what the model, training and translation need; the book's plotting
-and building stack is the ``[book]`` extra (``pip install "transformer_lib[book]"``).
+and building stack is the ``[book]`` extra (``pip install "tested-transformer[book]"``: the distribution's name, as
+``transformer-lib`` on PyPI is another project).
 """
 
 from .attention import MultiHeadAttention, linear_attention, scaled_dot_product_attention
@@ -68,7 +69,12 @@ from .masking import causal_mask, combine_masks, padding_mask, sliding_window_ma
 from .model import DecoderOnlyTransformer, Transformer, count_parameters, init_parameters
 from .positions import POSITIONAL
 
-__version__ = "0.1.0"
+# The one place the version is written: pyproject.toml reads it (dynamic version), both command lines
+# print it (--version), CHANGELOG.md says what each version changed.
+__version__ = "0.2.0"
+# The distribution this package comes from. Another PyPI project installs a package of the same import
+# name (`transformer-lib`); `transformer_lib.__project__ == "tested-transformer"` tells them apart.
+__project__ = "tested-transformer"
 
 __all__ = [
     "MultiHeadAttention", "linear_attention", "scaled_dot_product_attention",

@@ -175,6 +175,7 @@ def atomic_write(path: str | Path, write: Callable[[Any], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        _as_the_umask_allows(fd)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -187,6 +188,16 @@ def atomic_write(path: str | Path, write: Callable[[Any], None]) -> None:
             raise OSError(f"could not write {path}: {reason} (is the disk full, or the folder read-only?)") from error
         raise
     _fsync_folder(path.parent)
+
+
+def _as_the_umask_allows(fd: int) -> None:
+    """Give a new file the mode ``open()`` would (0666 less the user's umask): ``mkstemp`` makes it 0600,
+    which others on a shared machine could not read whatever the user's umask says."""
+    if os.name != "posix":
+        return
+    umask = os.umask(0o022)  # reading the umask means setting it; put it back at once
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
 
 
 def _atomic_save(path: Path, payload: Any) -> None:

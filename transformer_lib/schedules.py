@@ -1,4 +1,5 @@
-"""Learning-rate schedules (chapter 5): the paper's warm-up and inverse square root, warm-up and cosine,
+"""The optimizer and its learning-rate schedules (chapter 5): AdamW (:func:`make_optimizer`), and the
+paper's warm-up and inverse square root, warm-up and cosine,
 warm-up and constant; one table, :data:`SCHEDULES`, that every training loop takes its schedule from.
 
 A schedule is a callable object for ``torch.optim.lr_scheduler.LambdaLR``: unlike a lambda, its
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 import torch
+from torch import Tensor, nn
 
 __all__ = [
     "noam_rate",
@@ -24,6 +26,7 @@ __all__ = [
     "ConstantSchedule",
     "SCHEDULES",
     "make_scheduler",
+    "make_optimizer",
 ]
 
 
@@ -136,3 +139,49 @@ def make_scheduler(
     for group in optimizer.param_groups:
         group["lr"] = group["initial_lr"] = 1.0  # the rule returns the rate itself
     return torch.optim.lr_scheduler.LambdaLR(optimizer, rule)
+
+
+# --- the optimizer the schedules drive ---------------------------------------------------------
+
+
+def make_optimizer(
+    model: nn.Module,
+    weight_decay: float = 0.0,
+    betas: tuple[float, float] = (0.9, 0.98),
+    eps: float = 1e-9,
+) -> torch.optim.AdamW:
+    """AdamW with the paper's betas and epsilon (section 5.3), base lr 1 (the schedule sets the rate).
+
+    Weight decay, if any, applies to matrices only: biases and LayerNorm gains are left alone, as
+    is usual (decaying a gain towards 0 has no regularising meaning).
+    """
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be non-negative, got {weight_decay}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    # fused: one kernel for the whole update (CPU since PyTorch 2.4, CUDA before); measured 10-15%
+    # faster per training step than foreach on the tiny model's CPU step. foreach where fused is not
+    # available (older PyTorch, or a device/dtype it does not support): still far less Python per step.
+    # PyTorch 2.3 accepts fused=True for CPU tensors and fails only at the first step, so the
+    # version and the device are checked here rather than waiting for the constructor to refuse.
+    if _fused_adamw_supported(params):
+        try:
+            return torch.optim.AdamW(groups, lr=1.0, betas=betas, eps=eps, fused=True)
+        except (RuntimeError, ValueError, TypeError):
+            pass
+    return torch.optim.AdamW(groups, lr=1.0, betas=betas, eps=eps, foreach=True)
+
+
+def _fused_adamw_supported(params: list[Tensor]) -> bool:
+    """Whether this PyTorch has a fused AdamW kernel for every device the parameters are on."""
+    on_cpu = any(p.device.type == "cpu" for p in params)
+    return not on_cpu or _torch_version() >= (2, 4)
+
+
+def _torch_version() -> tuple[int, int]:
+    """PyTorch's (major, minor) version: ``(2, 3)`` for ``"2.3.1+cpu"``."""
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)

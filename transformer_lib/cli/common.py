@@ -1,18 +1,29 @@
-"""What the command lines share: a parser whose usage errors are one line, and the way a user error
-(a bad value, a missing file, a diverged run) becomes one line ``error: ...`` and exit status 2."""
+"""What the command lines share: a parser whose usage errors are one line, ``--version`` and
+``--threads``, messages that never break a progress bar, and the way a user error (a bad value, a
+missing file, a diverged run) becomes one line ``error: ...`` and exit status 2."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..trainer import TrainingDiverged
+import torch
 
-__all__ = ["DEBUG_ENV", "CommandLineParser", "run_command"]
+from .. import __project__, __version__
+from ..trainer import TrainingDiverged
+from ..validation import check_int
+from .interrupt import Interrupted, exit_status
+
+__all__ = ["DEBUG_ENV", "MAX_THREADS", "CommandLineParser", "add_version", "available_cores", "default_threads",
+           "check_at_most", "set_threads", "say", "run_command"]
+
+# A bound for --threads: more than any machine this runs on has cores to give one process.
+MAX_THREADS = 1024
 
 # Set to 1 for full tracebacks from the command lines (as --debug does).
 DEBUG_ENV = "TRANSFORMER_LIB_DEBUG"
@@ -23,6 +34,52 @@ class CommandLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:  # type: ignore[override]
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """``--version``: this library's version and project, and the PyTorch it runs on."""
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {__version__} ({__project__}; torch {torch.__version__})")
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the system tells; else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def default_threads(small_model: bool) -> int:
+    """The default of ``--threads``: 1 for a small model, else up to 4 of the cores this process may use.
+
+    A small model's matrices are too small to split across threads, and on a shared machine extra
+    threads wait on each other: on a loaded 2-core machine 150 updates of the reverse task took 106 s
+    with one thread and 499 s with two (``benchmarks/bench_threads.py``). Larger models gain from a few
+    threads (the Multi30k preset: 1.13x the throughput at 2 threads against 1, ``benchmarks/``), rarely from more.
+    """
+    return 1 if small_model else max(1, min(4, available_cores()))
+
+
+def check_at_most(name: str, value: Any, maximum: float | None) -> None:
+    """The upper bound of an option (``None``: no bound; a ``None`` value: not set)."""
+    if maximum is not None and value is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum:,}, got {value!r}")
+
+
+def set_threads(threads: int) -> None:
+    """Use ``threads`` CPU threads for PyTorch's operators (``--threads``), checked against its bound."""
+    check_int("--threads", threads, minimum=1)
+    check_at_most("--threads", threads, MAX_THREADS)
+    torch.set_num_threads(threads)
+
+
+def say(message: str) -> None:
+    """Print one message line without breaking a progress bar (``tqdm.write`` when a bar is shown)."""
+    from tqdm import tqdm
+
+    tqdm.write(message, file=sys.stdout)
+    sys.stdout.flush()
 
 
 def run_command(run: Callable[[], Any], argv: Sequence[str] | None) -> int:
@@ -36,6 +93,14 @@ def run_command(run: Callable[[], Any], argv: Sequence[str] | None) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
             run()
+    except Interrupted as stopped:  # a signal: the one line says what was saved
+        print(stopped.message, file=sys.stderr)
+        return stopped.status
+    except KeyboardInterrupt:  # Ctrl-C outside training (reading data, translating): nothing to save
+        if debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return exit_status(signal.SIGINT)
     except (ValueError, OSError, TrainingDiverged) as error:
         if debug:
             raise

@@ -27,26 +27,32 @@ from ..toy_tasks import TOY_TASKS
 from ..trainer import TrainConfig
 from ..validation import check_choice, check_int, check_number
 from ..vocab import SPECIALS
-from .common import CommandLineParser
+from .common import MAX_THREADS, CommandLineParser, add_version, check_at_most, default_threads
 from .profiles import DEFAULTS, PROFILE_ENV, PROFILES, current_profile
 
-__all__ = ["TASKS", "TOKENIZERS", "BLEU_MODES", "RunConfig", "SessionOptions", "flag", "parse_args", "resolve"]
+__all__ = ["TASKS", "TOKENIZERS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "flag", "parse_args", "resolve"]
 
 TASKS = (*TOY_TASKS, "multi30k")
 TOKENIZERS = ("words", "bpe")  # what prepare_multi30k learns from the training split
 BLEU_MODES = ("off", "final", "epoch")
+# The widest beam accepted (both command lines): wider beams cost time in proportion and, on these
+# models, find more empty or degenerate translations rather than better ones.
+MAX_BEAM = 100
 
 
 def _option(help: str, default: Any = None, *, choices: tuple[Any, ...] | None = None, task: str | None = None,
-            resumable: bool = False, zero_is_off: bool = False, metavar: str | None = None, required: bool = False) -> Any:
+            resumable: bool = False, zero_is_off: bool = False, metavar: str | None = None, required: bool = False,
+            maximum: float | None = None) -> Any:
     """A dataclass field that is also a command-line option.
 
     ``task``: ``"toy"`` or ``"multi30k"`` for options of one task family only; ``resumable``: may
     differ from the checkpoint when resuming; ``zero_is_off``: the option's value 0 means ``None``;
-    ``required``: the command line needs it.
+    ``required``: the command line needs it; ``maximum``: the largest value accepted (checked with
+    the rest before anything starts: a typo such as ``--n-symbols 100000000`` is an error, not hours
+    of allocation).
     """
     meta = dict(help=help, choices=choices, task=task, resumable=resumable, zero_is_off=zero_is_off, metavar=metavar,
-                required=required)
+                required=required, maximum=maximum)
     return field(default=default, metadata=meta)
 
 
@@ -67,44 +73,44 @@ class RunConfig:
     task: str = _option("what to learn", choices=TASKS, required=True)
     profile: str = _option(f"default sizes (default: ${PROFILE_ENV}, else full on GPU, fast on CPU)", choices=PROFILES)
     preset: str = _option("model size", choices=tuple(sorted(PRESETS)))
-    seed: int = _option("random seed of the data order, the weights and dropout", 0)
+    seed: int = _option("random seed of the data order, the weights and dropout", 0, maximum=2**63 - 1)
     amp: str = _option("mixed precision (auto: bf16 on GPUs with native bf16, fp16 with loss scaling on older GPUs, float32 on CPU)", "auto", choices=AMP_MODES)
     compile: bool = _option("torch.compile the training forward pass (worth it on a GPU)", False, resumable=True)
     # training
-    epochs: int | None = _option("passes over the training data", resumable=True)
-    max_steps: int | None = _option("stop after this many updates", resumable=True)
-    batch_size: int = _option("sentences per batch (the global batch under torchrun)")
+    epochs: int | None = _option("passes over the training data", resumable=True, maximum=10**6)
+    max_steps: int | None = _option("stop after this many updates", resumable=True, maximum=10**9)
+    batch_size: int = _option("sentences per batch (the global batch under torchrun)", maximum=10**6)
     schedule: str = _option("learning-rate schedule", choices=tuple(SCHEDULES))
-    lr: float | None = _option("peak learning rate")
-    warmup_steps: int = _option("warm-up updates (the rate peaks here)")
+    lr: float | None = _option("peak learning rate", maximum=10.0)
+    warmup_steps: int = _option("warm-up updates (the rate peaks here)", maximum=10**9)
     label_smoothing: float = _option("label smoothing of the training loss")
-    clip_norm: float | None = _option("clip the gradients' norm to this (0: off)", zero_is_off=True)
-    weight_decay: float = _option("AdamW weight decay of matrices", 0.0)
+    clip_norm: float | None = _option("clip the gradients' norm to this (0: off)", zero_is_off=True, maximum=10.0**6)
+    weight_decay: float = _option("AdamW weight decay of matrices", 0.0, maximum=10.0)
     dropout: float | None = _option("dropout (default: the preset's)")
     norm_first: bool | None = _option("Pre-LN (--norm-first) or the paper's Post-LN (--no-norm-first); default: the preset's")
-    eval_every: int | None = _option("validate every N updates (default: after each epoch)")
-    checkpoint_every: int | None = _option("also checkpoint every N updates", resumable=True)
+    eval_every: int | None = _option("validate every N updates (default: after each epoch)", maximum=10**9)
+    checkpoint_every: int | None = _option("also checkpoint every N updates", resumable=True, maximum=10**9)
     target_exact_match: float | None = _option("stop at this validation exact match (0: never)", resumable=True,
                                                zero_is_off=True)
-    log_every: int = _option("record the training loss every N updates")
+    log_every: int = _option("record the training loss every N updates", maximum=10**9)
     keep_weights: int = _option("keep the last N checkpoints' weights and try their average at the end (0: off)", 0,
-                                metavar="N")
+                                metavar="N", maximum=1000)
     # the toy tasks (copy, reverse)
-    n_train: int | None = _option("training sequences", task="toy")
-    n_heldout: int | None = _option("held-out sequences, never seen in training", task="toy")
-    n_symbols: int | None = _option("symbols in the alphabet", task="toy")
-    shortest: int | None = _option("fewest symbols in a sequence", task="toy")
-    longest: int | None = _option("most symbols in a sequence", task="toy")
+    n_train: int | None = _option("training sequences", task="toy", maximum=10**7)
+    n_heldout: int | None = _option("held-out sequences, never seen in training", task="toy", maximum=10**6)
+    n_symbols: int | None = _option("symbols in the alphabet", task="toy", maximum=10**4)
+    shortest: int | None = _option("fewest symbols in a sequence", task="toy", maximum=512)
+    longest: int | None = _option("most symbols in a sequence", task="toy", maximum=512)
     # multi30k
-    train_size: int | None = _option("train on a random subset of this many pairs", task="multi30k")
+    train_size: int | None = _option("train on a random subset of this many pairs", task="multi30k", maximum=10**7)
     tokenizer: str | None = _option("words: a word vocabulary per language; bpe: one joint subword vocabulary, "
                                      "embeddings shared and tied", choices=TOKENIZERS, task="multi30k")
-    vocab_size: int | None = _option("with --tokenizer bpe: tokens in the joint vocabulary", task="multi30k")
-    min_freq: int | None = _option("words: fewest occurrences of a word; bpe: of a pair to merge", task="multi30k")
+    vocab_size: int | None = _option("with --tokenizer bpe: tokens in the joint vocabulary", task="multi30k", maximum=10**6)
+    min_freq: int | None = _option("words: fewest occurrences of a word; bpe: of a pair to merge", task="multi30k", maximum=10**6)
     lowercase: bool = _option("lower-case the text", False, task="multi30k")
     bleu: str = _option("decode and score BLEU: at the end (val and test, greedy and beam), or also after every "
                         "validation (val, greedy)", "off", choices=BLEU_MODES, task="multi30k", resumable=True)
-    beam_size: int = _option("beam width for the final BLEU (beside greedy)", 4, task="multi30k", resumable=True)
+    beam_size: int = _option("beam width for the final BLEU (beside greedy)", 4, task="multi30k", resumable=True, maximum=MAX_BEAM)
     bleu_threshold: float | None = _option("with --bleu epoch: record when validation BLEU (greedy, lowercased) "
                                            "first reaches this", task="multi30k", resumable=True)
 
@@ -121,7 +127,10 @@ class RunConfig:
         for name in ("epochs", "max_steps", "eval_every", "checkpoint_every", "train_size", "vocab_size", "min_freq"):
             check_int(flag(name), getattr(self, name), optional=True)
         check_int(flag("keep_weights"), self.keep_weights, minimum=0)
+        check_int(flag("seed"), self.seed, minimum=0)
+        _check_flags(self, ("compile", "lowercase", "norm_first"))
         self._check_numbers()
+        _check_maxima(self)
         self._check_family()
 
     @property
@@ -200,6 +209,37 @@ class SessionOptions:
     data: Path | None = _option("prepared data from --prepare-only (skips tokenizing)", task="multi30k")
     prepare_only: bool = _option("tokenize and write OUT/data.pt, then stop (for the full profile unless --profile "
                                  "says otherwise)", False, task="multi30k")
+    threads: int | None = _option("CPU threads for PyTorch's operators (default: 1 with the tiny preset, whose "
+                                  "matrices are too small to share out, else up to 4 of this machine's cores)",
+                                  metavar="N", maximum=MAX_THREADS)
+    tensorboard: bool = _option("also write TensorBoard event files to OUT/tensorboard (needs the tensorboard "
+                                "package; OUT/metrics.jsonl has the same records either way)", False)
+    print_config: bool = _option("print the resolved run configuration (the defaults of the task and profile, "
+                                 "then the options given) as JSON, and exit", False)
+
+    def __post_init__(self) -> None:
+        if self.threads is not None:  # None: the default for the model's size
+            check_int(flag("threads"), self.threads)
+        _check_flags(self, ("restart", "no_progress", "debug", "prepare_only", "tensorboard", "print_config"))
+        _check_maxima(self)
+
+    def resolved_threads(self, preset: str) -> int:
+        """``--threads``, or its default for a model of ``preset``."""
+        return self.threads if self.threads is not None else default_threads(small_model=preset == "tiny")
+
+
+def _check_flags(options: Any, names: tuple[str, ...]) -> None:
+    """Yes/no fields are booleans (``norm_first`` may be ``None``: the preset's); ``"no"`` is not ``False``."""
+    for name in names:
+        value = getattr(options, name)
+        if not isinstance(value, bool) and not (value is None and name == "norm_first"):
+            raise ValueError(f"{flag(name)} must be true or false, got {value!r}")
+
+
+def _check_maxima(options: Any) -> None:
+    """Every field with a ``maximum`` is at most that."""
+    for item in fields(options):
+        check_at_most(flag(item.name), getattr(options, item.name), item.metadata["maximum"])
 
 
 def _number_or_off(kind: type) -> Any:
@@ -213,10 +253,29 @@ def _number_or_off(kind: type) -> Any:
     return convert
 
 
+def _defaults_text(item: dataclasses.Field) -> str:
+    """`` (default: ...)``: the value that applies when the option is left out, per task and profile
+    where they differ (the same :data:`DEFAULTS` the run resolves); nothing where there is no value."""
+    if "default:" in item.metadata["help"] or item.metadata["required"] or item.default is False:
+        return ""
+    contexts = {"toy": DEFAULTS["toy"]["fast"], "multi30k fast": DEFAULTS["multi30k"]["fast"],
+                "multi30k full": DEFAULTS["multi30k"]["full"]}
+    family = item.metadata["task"]
+    values = {label: table.get(item.name, item.default) for label, table in contexts.items()
+              if family is None or label.startswith(family)}
+    shown = {label: value for label, value in values.items() if value is not None}
+    if not shown:
+        return ""
+    if len(shown) == len(values) and len({repr(v) for v in shown.values()}) == 1:
+        return f" (default: {next(iter(shown.values()))})"
+    parts = [f"{label} {value}" for label, value in shown.items()]
+    return f" (default: {'; '.join(parts)})"
+
+
 def _add_field(parser: Any, item: dataclasses.Field, hint: Any) -> None:
     meta, name = item.metadata, flag(item.name)
     kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
-    options: dict[str, Any] = dict(dest=item.name, help=meta["help"], default=argparse.SUPPRESS)
+    options: dict[str, Any] = dict(dest=item.name, help=meta["help"] + _defaults_text(item), default=argparse.SUPPRESS)
     if meta["required"]:
         options["required"] = True
     if item.name == "norm_first":
@@ -230,9 +289,12 @@ def _add_field(parser: Any, item: dataclasses.Field, hint: Any) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = CommandLineParser(
-        prog="python -m transformer_lib.cli.train",
+        prog="transformer-train",
         description="Train an encoder-decoder Transformer on a toy task or on Multi30k (German -> English).",
+        epilog=f"Defaults depend on the task and the profile (--profile, else ${PROFILE_ENV}, else full with a CUDA GPU "
+               "and fast without); --print-config shows those that apply to a command.",
     )
+    add_version(parser)
     groups = {None: parser, "toy": parser.add_argument_group("toy tasks (copy, reverse)"),
               "multi30k": parser.add_argument_group("multi30k")}
     for cls in (RunConfig, SessionOptions):

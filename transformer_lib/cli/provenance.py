@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .. import __project__, __version__
 from ..distributed import DistributedSetup
 
 __all__ = ["command_line", "hardware", "software", "git_commit"]
@@ -49,7 +50,7 @@ def hardware(device: torch.device, processes: DistributedSetup) -> dict[str, Any
 
 def software() -> dict[str, Any]:
     """Versions of everything that can change the numbers, and the commit of this code."""
-    versions: dict[str, Any] = {"python": platform.python_version()}
+    versions: dict[str, Any] = {"python": platform.python_version(), __project__: __version__}
     for package in ("torch", "numpy", "sacrebleu", "sacremoses", "spacy", "tqdm"):
         try:
             versions[package] = importlib.metadata.version(package)

@@ -12,46 +12,38 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from ..checkpoint import atomic_write
 
 __all__ = ["EARLIER_RESULTS", "lock_folder", "unlock_folder", "move_aside", "write_json", "json_safe"]
 
 # Results an earlier run left in --out: a fresh run or --restart moves them aside, never deletes them.
-EARLIER_RESULTS = ("checkpoint.pt", "model.pt", "weights", "metrics.json", "loss.png")
+EARLIER_RESULTS = ("checkpoint.pt", "model.pt", "weights", "metrics.json", "metrics.jsonl", "tensorboard", "loss.png")
 
 
 def lock_folder(out: Path) -> Any:
     """Hold ``OUT/.lock`` while this run lives: a second run into the same folder is refused.
 
-    ``flock`` is released by the kernel when the process ends, however it ends (SIGKILL too), so a
-    crashed run never leaves the folder locked. On a system without ``fcntl`` (Windows) there is no lock.
+    ``filelock`` takes an operating-system lock (``flock`` on POSIX, ``msvcrt`` on Windows), which
+    the system releases when the process ends, however it ends (SIGKILL too): a crashed run never
+    leaves the folder locked.
     """
-    try:
-        import fcntl
-    except ImportError:
-        return None
     out.mkdir(parents=True, exist_ok=True)
-    handle = open(out / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 - held until unlock_folder
+    lock = FileLock(out / ".lock")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        owner = handle.read().strip() or "?"
-        handle.close()
-        raise ValueError(f"another run (process {owner}) is writing to {out}; wait for it to end, or use another --out") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise ValueError(f"another run is writing to {out}; wait for it to end, or use another --out") from None
     for stale in [*out.glob(".*.tmp"), *(out / "weights").glob(".*.tmp")]:
         stale.unlink(missing_ok=True)  # left by a save that was killed; no other run writes here
-    return handle
+    return lock
 
 
 def unlock_folder(lock: Any, out: Path, remove_if_empty: bool) -> None:
     """Release the lock; a folder this run created and left empty (it never started) is removed."""
     if lock is not None:
-        lock.close()
+        lock.release()
     if remove_if_empty and out.is_dir() and {p.name for p in out.iterdir()} <= {".lock"}:
         (out / ".lock").unlink(missing_ok=True)
         out.rmdir()
