@@ -85,7 +85,7 @@ browser: $(STAMP)
 	@test -x /usr/bin/chromium || command -v chromium >/dev/null || \
 	  echo "!!!!!!!! No Chromium: the browser test will NOT check the website (CI installs it, see .ci/run)"
 	rm -rf $(SCREENSHOTS)
-	status=0; $(BIN)/python -m pytest tests/test_site.py tests/test_site_downloads.py || status=$$?; \
+	status=0; $(BIN)/python -m pytest tests/test_site.py tests/test_site_downloads.py tests/test_book_trained_pages.py || status=$$?; \
 	  $(BIN)/python tests/test_site.py; exit $$status
 
 clean:
