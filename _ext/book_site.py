@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -154,13 +155,18 @@ def _setup_note() -> nodes.admonition:
         nodes.Text("On Colab, or anywhere "),
         nodes.literal("", "transformer_lib"),
         nodes.Text(
-            " is not installed, this cell installs it from the book's repository. "
+            " is not installed (or another package of that name is), this cell installs it, at this "
+            "book's release, from the book's repository. "
             "On this website, and in a clone set up with "
         ),
         nodes.literal("", "make setup"),
         nodes.Text(", the library is already there and the cell does nothing."),
     )
     return note
+
+
+# The set-up cell's install line: this project's distribution (with extras) from its repository.
+SETUP_INSTALL = re.compile(r"%pip install .*\btested-transformer(\[[\w,]+\])? @ git\+")
 
 
 def is_setup_cell(cell: nodes.Element) -> bool:
@@ -171,7 +177,7 @@ def is_setup_cell(cell: nodes.Element) -> bool:
     for part in cell.findall(nodes.container):
         if "cell_input" in part.get("classes", []):
             code = part.astext()
-            return "%pip install" in code and "transformer_lib @ git+" in code
+            return SETUP_INSTALL.search(code) is not None
     return False
 
 
