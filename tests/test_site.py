@@ -153,9 +153,24 @@ def write_report(page: str, mode: str, report: dict) -> None:
     (SCREENSHOTS / f"{slug(page)}.{mode}.json").write_text(json.dumps({"page": page, "mode": mode, **report}, indent=1))
 
 
+KNOWN_PROBLEMS = ROOT / "tests" / "site_known_problems.yml"
+
+
+def known_problems(page: str, mode: str) -> list[str]:
+    """The kinds of problem ``tests/site_known_problems.yml`` lists as not fixed yet for this page and mode."""
+    import yaml
+
+    listed = yaml.safe_load(KNOWN_PROBLEMS.read_text()) if KNOWN_PROBLEMS.is_file() else {}
+    return list((listed or {}).get(f"{page} ({mode})", []))
+
+
 def assert_no_problems(page: str, mode: str, problems: list[str], shot: Path | None) -> None:
     where = f"\n(screenshot: {shot})" if shot else ""
-    assert not problems, f"{page} ({mode}): {len(problems)} problem(s):\n- " + "\n- ".join(problems) + where
+    kinds = known_problems(page, mode)
+    new = [p for p in problems if not any(p.startswith(kind) for kind in kinds)]
+    assert not new, f"{page} ({mode}): {len(new)} problem(s):\n- " + "\n- ".join(new) + where
+    if problems:  # only listed ones: not a pass
+        pytest.xfail(f"{page} ({mode}), listed in {KNOWN_PROBLEMS.name}: " + "; ".join(problems))
 
 
 # --- the browser, the server, a visit ------------------------------------------------------------
