@@ -20,7 +20,6 @@ and the chapters quote, from that record only. :func:`save` writes the format
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ import torch
 from .config import TransformerConfig
 from .device import parse_device
 from .model import Transformer, upgrade_state_dict
+from .multi30k import sha256_file
 from .tokenizers import tokenizer_from_dict
 from .translator import Translator
 
@@ -94,12 +94,7 @@ def expected_sha256(path: str | Path) -> str | None:
     return None
 
 
-def sha256_of(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sha256_of = sha256_file  # one file checksum for the corpus and the model
 
 
 def _checked(path: str | Path | None, sha256: str | None) -> Path:
