@@ -23,7 +23,7 @@ from .multi30k import load_multi30k
 from .subword import SubwordTokenizer
 from .tokenizers import WordTokenizer, tokenize_corpus, tokenizer_from_dict
 from .validation import check_bool, content_sha256, refusal_reason
-from .vocab import Tokenizer, Vocab
+from .vocab import Tokenizer, TokenizerPair, Vocab
 
 __all__ = ["PREPARED_FORMAT", "PreparedTranslation", "prepare_multi30k"]
 
@@ -34,7 +34,7 @@ SplitTokens = dict[str, tuple[list[list[str]], list[list[str]]]]  # split -> (so
 
 
 @dataclass
-class PreparedTranslation:
+class PreparedTranslation(TokenizerPair):
     """A tokenized translation corpus: tokenizers, ids for each split, and the raw text.
 
     Everything a training run needs, so that it can be made once (with the data and spaCy at hand)
@@ -53,14 +53,6 @@ class PreparedTranslation:
     splits: dict[str, TranslationData]
     text: dict[str, list[tuple[str, str]]]
     settings: dict[str, Any]
-
-    @property
-    def src_vocab(self) -> Vocab:
-        return self.src_tokenizer.vocab
-
-    @property
-    def tgt_vocab(self) -> Vocab:
-        return self.tgt_tokenizer.vocab
 
     def save(self, path: str | Path) -> None:
         path = Path(path)

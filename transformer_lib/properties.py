@@ -44,6 +44,13 @@ def _default_perturb(x: Tensor, generator: torch.Generator) -> Tensor:
     return x + noise.to(x.device)
 
 
+def _perturbed(x: Tensor, perturb: Perturb | None, seed: int) -> Tensor:
+    """``x`` with new values everywhere, from ``perturb`` (default :func:`_default_perturb`) and a
+    generator seeded by ``seed``: the global random state is not touched."""
+    perturb = _default_perturb if perturb is None else perturb
+    return perturb(x, torch.Generator().manual_seed(seed))
+
+
 def _run(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     with torch.no_grad():
         out = fn(x)
@@ -107,11 +114,9 @@ def assert_causal(
         >>> assert_causal(lambda x: scaled_dot_product_attention(x, x, x, causal_mask(5)[0])[0],
         ...              torch.randn(2, 5, 4))
     """
-    generator = torch.Generator().manual_seed(seed)
-    perturb = _default_perturb if perturb is None else perturb
     reference = assert_deterministic(fn, x)
     _check_same_length(x, reference, dim)
-    other = perturb(x, generator)
+    other = _perturbed(x, perturb, seed)
     length = x.size(dim)
     positions = torch.arange(length, device=x.device).view([-1 if d == dim else 1 for d in range(x.dim())])
     for t in range(length - 1):
@@ -154,12 +159,10 @@ def assert_padding_invariant(
             f"is_real must be a boolean (B, L) tensor matching x's first two dimensions {tuple(x.shape[:2])}, "
             f"got {is_real.dtype} {tuple(is_real.shape)}"
         )
-    generator = torch.Generator().manual_seed(seed)
-    perturb = _default_perturb if perturb is None else perturb
     reference = assert_deterministic(fn, x)
     _check_same_length(x, reference, 1)
     pad = (~is_real).view(*is_real.shape, *([1] * (x.dim() - 2)))  # broadcast over feature dims
-    out = _run(fn, torch.where(pad, perturb(x, generator), x))
+    out = _run(fn, torch.where(pad, _perturbed(x, perturb, seed), x))
     diff = (reference - out).abs().reshape(*is_real.shape, -1).amax(dim=-1)  # (B, L)
     diff = diff.masked_fill(~is_real, 0.0)
     if (diff > atol).any():

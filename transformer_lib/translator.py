@@ -41,7 +41,7 @@ from .model import Transformer
 from .multi30k import load_multi30k
 from .tokenizers import tokenizer_from_dict
 from .validation import check_int
-from .vocab import Tokenizer, Vocab
+from .vocab import Tokenizer, TokenizerPair
 
 __all__ = [
     "SOURCE_FORMATS",
@@ -79,7 +79,7 @@ class TranslationWarning(UserWarning):
 
 
 @dataclass
-class Translator:
+class Translator(TokenizerPair):
     """A trained model with everything needed to turn text into text.
 
     Attributes:
@@ -146,14 +146,6 @@ class Translator:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    @property
-    def src_vocab(self) -> Vocab:
-        return self.src_tokenizer.vocab
-
-    @property
-    def tgt_vocab(self) -> Vocab:
-        return self.tgt_tokenizer.vocab
 
     @property
     def max_source_tokens(self) -> int:

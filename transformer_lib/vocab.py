@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-__all__ = ["SPECIALS", "PAD", "UNK", "BOS", "EOS", "Vocab", "Tokenizer"]
+__all__ = ["SPECIALS", "PAD", "UNK", "BOS", "EOS", "Vocab", "Tokenizer", "TokenizerPair"]
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
 # Specials come first, so their ids are the same in every vocabulary: <pad>=0, <unk>=1, <bos>=2, <eos>=3.
@@ -203,3 +203,23 @@ class Tokenizer(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(kind={self.kind!r}, vocab_size={len(self.vocab)})"
+
+
+class TokenizerPair:
+    """What holds a source and a target tokenizer (a prepared corpus, a translator) and so has their
+    vocabularies: a base class that adds :attr:`src_vocab` and :attr:`tgt_vocab`.
+
+    Attributes:
+        src_tokenizer, tgt_tokenizer: set by the subclass (a dataclass's fields, for instance).
+    """
+
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+
+    @property
+    def src_vocab(self) -> Vocab:
+        return self.src_tokenizer.vocab
+
+    @property
+    def tgt_vocab(self) -> Vocab:
+        return self.tgt_tokenizer.vocab

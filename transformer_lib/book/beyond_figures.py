@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from . import style
-from .figures import _panel_axes, _to_numpy
+from .figures import _panel_axes, _panel_grid, _to_numpy
 from .masking_figures import mask_heatmap
 
 __all__ = ["NARROW_WIDTH_INCHES", "attention_side_by_side", "bias_heatmap", "fill_in_table", "mask_patterns",
@@ -227,17 +227,9 @@ NARROW_WIDTH_INCHES = 5.4
 
 def narrow_panels(count: int, *, columns: int = 2, panel_height: float = 2.3, width: float = NARROW_WIDTH_INCHES) -> Any:
     """``count`` matplotlib axes in rows of ``columns``, in a figure ``width`` inches wide."""
-    import matplotlib.pyplot as plt
-
     if count < 1 or columns < 1:
         raise ValueError(f"count and columns must be positive, got count={count}, columns={columns}")
-    columns = min(count, columns)
-    rows = -(-count // columns)
-    _, grid = plt.subplots(rows, columns, figsize=(width, panel_height * rows + 0.6), squeeze=False,
-                           layout="constrained")
-    for ax in grid.ravel()[count:]:
-        ax.remove()
-    return grid.ravel()[:count]
+    return _panel_grid(count, columns, width=width, panel_height=panel_height, margin=0.6)
 
 
 def attention_side_by_side(weights: Mapping[str, Any], tokens: Sequence[str], *, title: str | None = None) -> Any:

@@ -195,21 +195,28 @@ PAGE_WIDTH_INCHES = 6.6
 so its text shows at the size it was drawn (10 pt = 14 px, 8 pt = 11 px)."""
 
 
+def _panel_grid(count: int, columns: int, *, width: float, panel_height: float, margin: float) -> Any:
+    """A new figure's ``count`` axes, in rows of at most ``columns``, ``width`` inches wide and
+    ``panel_height`` a row plus ``margin`` (for the title); the grid's unused cells are removed."""
+    import matplotlib.pyplot as plt
+
+    columns = min(count, columns)
+    rows = -(-count // columns)
+    _, grid = plt.subplots(rows, columns, figsize=(width, panel_height * rows + margin), squeeze=False,
+                           layout="constrained")
+    for ax in grid.ravel()[count:]:
+        ax.remove()
+    return grid.ravel()[:count]
+
+
 def _panel_axes(axes: Any, count: int, *, panel_height: float, columns: int = 4) -> Any:
     """``axes`` as an array, or a new figure's: ``count`` panels, at most ``columns`` a row, one page wide."""
-    import matplotlib.pyplot as plt
     import numpy as np
 
     if axes is not None:
         return np.asarray(axes).ravel()
-    columns = min(count, columns)
-    rows = -(-count // columns)
-    width = min(PAGE_WIDTH_INCHES, 2.6 * columns + 0.6)
-    fig, grid = plt.subplots(rows, columns, figsize=(width, panel_height * rows + 0.5), squeeze=False,
-                             layout="constrained")
-    for ax in grid.ravel()[count:]:
-        ax.remove()
-    return grid.ravel()[:count]
+    width = min(PAGE_WIDTH_INCHES, 2.6 * min(count, columns) + 0.6)
+    return _panel_grid(count, columns, width=width, panel_height=panel_height, margin=0.5)
 
 
 # --- Training curves (chapter 5, and the train command's loss.png) -------------------------------

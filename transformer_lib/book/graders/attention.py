@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -71,6 +73,64 @@ def _shape_hint(got: Tensor, q: Tensor, k: Tensor, v: Tensor) -> str:
     return "the output has one row per query and the width of the values: (..., T, Dv)"
 
 
+def _runs(fn: Callable[..., Any], results: dict[str, Tensor | None]) -> None:
+    """The gate: one query, one key width; keeps the weights ``fn`` returned (or ``None``) in ``results``."""
+    q, k, v, example = _attention_case(0)
+    out, weights = as_output(call(fn, q, k, v, what="your attention", example=example), "your attention", example)
+    expect_shape(out, (1, 1), what="the output", example=example, hint=_shape_hint(out, q, k, v))
+    expect_finite(out, what="the output", example=example)
+    results["weights"] = weights
+
+
+def _compared(fn: Callable[..., Any], index: int) -> Case:
+    q, k, v, example = _attention_case(index)
+    what = f"your attention on a {q.dim()}-D input"
+    try:
+        out, _ = as_output(call(fn, q, k, v, what=what, example=example), what, example)
+        expect_shape(out, (*q.shape[:-1], v.size(-1)), what="the output", example=example,
+                     hint=_shape_hint(out, q, k, v))
+    except Problem as problem:
+        if q.dim() == 2 or problem.failure.check not in ("raises", "output_shape"):
+            raise
+        raise Problem("batch_dims", f"{problem.failure.message}, while 2-D inputs work",
+                      example=example, hint="leading (batch, head) dimensions must pass through: "
+                      "transpose the key with key.transpose(-2, -1) (key.T and transpose(0, 1) "
+                      "reverse or swap the wrong dimensions)") from None
+    return out, F.scaled_dot_product_attention(q, k, v), example, _attention_bugs(q, k, v)
+
+
+def _matches_reference(fn: Callable[..., Any]) -> None:
+    expect_cases_close((lambda i=i: _compared(fn, i) for i in range(len(ATTENTION_CASES))), check="matches_reference",
+                       message="the output differs from F.scaled_dot_product_attention",
+                       hint="compare each step with the formula softmax(Q Kᵀ / √d_k) V")
+
+
+def _weights_are_a_distribution(fn: Callable[..., Any]) -> None:
+    q, k, v, example = _attention_case(3)
+    _, weights = as_output(call(fn, q, k, v, what="your attention", example=example), "your attention", example)
+    expected = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+    expect_close(weights, expected, check="weights", example=example,
+                 message="the weights returned next to the output are not softmax(Q Kᵀ / √d_k)",
+                 hint="return the weights after the softmax: shape (..., T, L), each row summing to one")
+
+
+def _keeps_float64(fn: Callable[..., Any]) -> None:
+    q, k, v, example = (t.double() if isinstance(t, Tensor) else t for t in _attention_case(2))
+    out, _ = as_output(call(fn, q, k, v, what="your attention in float64", example=example), "", example)
+    if out.dtype != torch.float64:
+        raise Problem("dtype", f"float64 inputs give a {out.dtype} output", example=example,
+                      hint="build no float32 tensor inside (torch.tensor(...) without dtype=, .float()); "
+                           "math.sqrt(d_k) is a Python number and keeps the dtype")
+
+
+def _permutation_equivariant(fn: Callable[..., Any]) -> None:
+    x = inputs(2, 5, 4, seed=7)
+    example = fmt_inputs(x=x) + "\n(self-attention: query = key = value = x)"
+    self_attention = lambda x: as_output(call(fn, x, x, x, what="your attention"), "your attention")[0]  # noqa: E731
+    property_check("permutation_equivariance", lambda: assert_permutation_equivariant(self_attention, x),
+                   example=example, hint="attention must treat its keys as a set: no position may be special")
+
+
 def grade_attention(fn: Callable[..., Any]) -> GradeReport:
     """Grade the reader's scaled dot-product attention.
 
@@ -86,68 +146,16 @@ def grade_attention(fn: Callable[..., Any]) -> GradeReport:
     """
     grading = Grading("Scaled dot-product attention")
     results: dict[str, Tensor | None] = {}
-
-    def runs() -> None:
-        q, k, v, example = _attention_case(0)
-        out, weights = as_output(call(fn, q, k, v, what="your attention", example=example), "your attention", example)
-        expect_shape(out, (1, 1), what="the output", example=example, hint=_shape_hint(out, q, k, v))
-        expect_finite(out, what="the output", example=example)
-        results["weights"] = weights
-
-    def case(index: int) -> Case:
-        q, k, v, example = _attention_case(index)
-        what = f"your attention on a {q.dim()}-D input"
-        try:
-            out, _ = as_output(call(fn, q, k, v, what=what, example=example), what, example)
-            expect_shape(out, (*q.shape[:-1], v.size(-1)), what="the output", example=example,
-                         hint=_shape_hint(out, q, k, v))
-        except Problem as problem:
-            if q.dim() == 2 or problem.failure.check not in ("raises", "output_shape"):
-                raise
-            raise Problem("batch_dims", f"{problem.failure.message}, while 2-D inputs work",
-                          example=example, hint="leading (batch, head) dimensions must pass through: "
-                          "transpose the key with key.transpose(-2, -1) (key.T and transpose(0, 1) "
-                          "reverse or swap the wrong dimensions)") from None
-        return out, F.scaled_dot_product_attention(q, k, v), example, _attention_bugs(q, k, v)
-
-    def matches_reference() -> None:
-        expect_cases_close((lambda i=i: case(i) for i in range(len(ATTENTION_CASES))), check="matches_reference",
-                           message="the output differs from F.scaled_dot_product_attention",
-                           hint="compare each step with the formula softmax(Q Kᵀ / √d_k) V")
-
-    def weights_are_a_distribution() -> None:
-        q, k, v, example = _attention_case(3)
-        _, weights = as_output(call(fn, q, k, v, what="your attention", example=example), "your attention", example)
-        expected = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
-        expect_close(weights, expected, check="weights", example=example,
-                     message="the weights returned next to the output are not softmax(Q Kᵀ / √d_k)",
-                     hint="return the weights after the softmax: shape (..., T, L), each row summing to one")
-
-    def keeps_float64() -> None:
-        q, k, v, example = (t.double() if isinstance(t, Tensor) else t for t in _attention_case(2))
-        out, _ = as_output(call(fn, q, k, v, what="your attention in float64", example=example), "", example)
-        if out.dtype != torch.float64:
-            raise Problem("dtype", f"float64 inputs give a {out.dtype} output", example=example,
-                          hint="build no float32 tensor inside (torch.tensor(...) without dtype=, .float()); "
-                               "math.sqrt(d_k) is a Python number and keeps the dtype")
-
-    def permutation_equivariant() -> None:
-        x = inputs(2, 5, 4, seed=7)
-        example = fmt_inputs(x=x) + "\n(self-attention: query = key = value = x)"
-        self_attention = lambda x: as_output(call(fn, x, x, x, what="your attention"), "your attention")[0]  # noqa: E731
-        property_check("permutation_equivariance", lambda: assert_permutation_equivariant(self_attention, x),
-                       example=example, hint="attention must treat its keys as a set: no position may be special")
-
     with grading:
-        grading.check("runs, and returns (..., T, Dv) with finite values", runs, gate=True)
+        grading.check("runs, and returns (..., T, Dv) with finite values", partial(_runs, fn, results), gate=True)
         matched = grading.check("equals F.scaled_dot_product_attention: one query, cross-attention "
-                                "(T ≠ L, Dv ≠ Dk), with batch and head dimensions", matches_reference)
+                                "(T ≠ L, Dv ≠ Dk), with batch and head dimensions", partial(_matches_reference, fn))
         if matched and results.get("weights") is not None:
             grading.check("the weights it returns are softmax(Q Kᵀ / √d_k), rows summing to one",
-                          weights_are_a_distribution)
-        grading.check("keeps the dtype: float64 in, float64 out", keeps_float64)
+                          partial(_weights_are_a_distribution, fn))
+        grading.check("keeps the dtype: float64 in, float64 out", partial(_keeps_float64, fn))
         grading.check("permutation-equivariant: shuffled tokens give shuffled outputs "
-                      "(transformer_lib.properties)", permutation_equivariant)
+                      "(transformer_lib.properties)", partial(_permutation_equivariant, fn))
     return grading.report
 
 
@@ -195,6 +203,93 @@ def _projections(module: nn.Module) -> dict[str, nn.Linear] | None:
     return found if all(isinstance(p, nn.Linear) for p in found.values()) else None  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class _Setting:
+    """What every check of one multi-head grading shares: the layer's name and size, and its inputs."""
+
+    name: str
+    d_model: int
+    n_heads: int
+    x: Tensor
+    memory: Tensor
+    example: str
+
+    def forward(self, module: nn.Module, query: Tensor, key: Tensor) -> Tensor:
+        what = f"{self.name}.forward"
+        return as_output(call(module, query, key, key, what=what, example=self.example), what, self.example)[0]
+
+
+def _mha_builds_and_runs(layer_class: Callable[[int, int], nn.Module], setting: _Setting, state: dict[str, Any]) -> None:
+    d_model, n_heads, name = setting.d_model, setting.n_heads, setting.name
+    module = call(layer_class, d_model, n_heads, what=f"{name}({d_model}, {n_heads})")
+    if not isinstance(module, nn.Module):
+        raise Problem("not_a_module", f"{name}({d_model}, {n_heads}) is a {type(module).__name__}, not an nn.Module",
+                      hint="subclass nn.Module and call super().__init__() first")
+    state["module"] = module.eval()
+    out = setting.forward(module, setting.x, setting.x)
+    expect_shape(out, tuple(setting.x.shape), what="the output", example=setting.example,
+                 hint="merge the heads back to (B, T, H·Dh) and apply out_proj")
+
+
+def _mha_size(setting: _Setting, state: dict[str, Any]) -> None:
+    d_model, n_heads = setting.d_model, setting.n_heads
+    module = state["module"]
+    projections = _projections(module)
+    bias = projections is None or projections["q_proj"].bias is not None
+    expected = sum(p.numel() for p in nn.MultiheadAttention(d_model, n_heads, bias=bias).parameters())
+    count = sum(p.numel() for p in module.parameters())
+    if projections is not None and projections["q_proj"].out_features == n_heads * d_model:
+        raise Problem(
+            "full_width_heads",
+            f"each of the {n_heads} heads projects to {d_model} dimensions, not d_model / n_heads = "
+            f"{d_model // n_heads}: {count:,} parameters, {count / expected:.1f}x the {expected:,} of "
+            f"nn.MultiheadAttention({d_model}, {n_heads})",
+            hint=f"q_proj, k_proj and v_proj map {d_model} to {d_model} (all heads together); "
+                 "split their output into heads of width d_model // n_heads",
+        )
+    if count != expected:
+        raise Problem("parameter_count", f"{count:,} parameters, expected {expected:,} "
+                      f"(four {d_model}x{d_model} matrices and {'their biases' if bias else 'no biases'})",
+                      hint="multi-head attention has the four projections and nothing else")
+    if projections is None:
+        raise Problem("projection_names", "the projections are not four nn.Linear named "
+                      "q_proj, k_proj, v_proj, out_proj, so its weights cannot be compared",
+                      hint="name them as in the exercise; a packed qkv projection is fine in practice, but not here")
+    state["projections"] = projections
+
+
+def _mha_deterministic(setting: _Setting, state: dict[str, Any]) -> None:
+    property_check("dropout_in_eval",
+                   lambda: assert_deterministic(lambda x: setting.forward(state["module"], x, x), setting.x),
+                   example=setting.example)
+
+
+def _mha_compared(setting: _Setting, module: nn.Module, ref: MultiHeadAttention, theirs: nn.Module, query: Tensor,
+                  key: Tensor) -> Case:
+    got = setting.forward(module, query, key)
+    with torch.no_grad():  # PyTorch's layer is the reference; ours, with one step wrong, names bugs
+        expected = theirs(query, key, key)[0]
+    return got, expected, fmt_inputs(query=query, key=key) + "\n(value = key)", _mha_bugs(ref, query, key)
+
+
+def _mha_matches_reference(setting: _Setting, state: dict[str, Any]) -> None:
+    projections = state["projections"]
+    ref = MultiHeadAttention(setting.d_model, setting.n_heads, bias=projections["q_proj"].bias is not None).eval()
+    ref.load_state_dict({f"{p}.{w}": t for p, lin in projections.items() for w, t in lin.state_dict().items()})
+    theirs = torch_multihead_attention(ref).eval()
+    x, memory = setting.x, setting.memory
+    expect_cases_close((lambda q=q, k=k: _mha_compared(setting, state["module"], ref, theirs, q, k)
+                        for q, k in ((x, x), (x, memory))), check="matches_reference",
+                       message="with your weights, nn.MultiheadAttention gives another output",
+                       hint="trace the shapes: project, split into heads, attend, merge, out_proj")
+
+
+def _mha_permutation_equivariant(setting: _Setting, state: dict[str, Any]) -> None:
+    property_check("permutation_equivariance",
+                   lambda: assert_permutation_equivariant(lambda x: setting.forward(state["module"], x, x), setting.x),
+                   example=setting.example, hint="a reshape that mixes positions into heads breaks it (chapter 1)")
+
+
 def grade_multi_head_attention(layer_class: Callable[[int, int], nn.Module], d_model: int = 8, n_heads: int = 2) -> GradeReport:
     """Grade the reader's multi-head attention layer.
 
@@ -211,84 +306,22 @@ def grade_multi_head_attention(layer_class: Callable[[int, int], nn.Module], d_m
         True
     """
     grading = Grading("Multi-head attention")
-    name = getattr(layer_class, "__name__", "your layer")
-    state: dict[str, Any] = {}
     x = inputs(2, 3, d_model, seed=1)
-    memory = inputs(2, 4, d_model, seed=2)
-    example = fmt_inputs(query=x) + "\n(self-attention: query = key = value)"
-
-    def forward(module: nn.Module, query: Tensor, key: Tensor) -> Tensor:
-        return as_output(call(module, query, key, key, what=f"{name}.forward", example=example), f"{name}.forward", example)[0]
-
-    def builds_and_runs() -> None:
-        module = call(layer_class, d_model, n_heads, what=f"{name}({d_model}, {n_heads})")
-        if not isinstance(module, nn.Module):
-            raise Problem("not_a_module", f"{name}({d_model}, {n_heads}) is a {type(module).__name__}, not an nn.Module",
-                          hint="subclass nn.Module and call super().__init__() first")
-        state["module"] = module.eval()
-        out = forward(module, x, x)
-        expect_shape(out, tuple(x.shape), what="the output", example=example,
-                     hint="merge the heads back to (B, T, H·Dh) and apply out_proj")
-
-    def size() -> None:
-        module = state["module"]
-        projections = _projections(module)
-        bias = projections is None or projections["q_proj"].bias is not None
-        expected = sum(p.numel() for p in nn.MultiheadAttention(d_model, n_heads, bias=bias).parameters())
-        count = sum(p.numel() for p in module.parameters())
-        if projections is not None and projections["q_proj"].out_features == n_heads * d_model:
-            raise Problem(
-                "full_width_heads",
-                f"each of the {n_heads} heads projects to {d_model} dimensions, not d_model / n_heads = "
-                f"{d_model // n_heads}: {count:,} parameters, {count / expected:.1f}x the {expected:,} of "
-                f"nn.MultiheadAttention({d_model}, {n_heads})",
-                hint=f"q_proj, k_proj and v_proj map {d_model} to {d_model} (all heads together); "
-                     "split their output into heads of width d_model // n_heads",
-            )
-        if count != expected:
-            raise Problem("parameter_count", f"{count:,} parameters, expected {expected:,} "
-                          f"(four {d_model}x{d_model} matrices and {'their biases' if bias else 'no biases'})",
-                          hint="multi-head attention has the four projections and nothing else")
-        if projections is None:
-            raise Problem("projection_names", "the projections are not four nn.Linear named "
-                          "q_proj, k_proj, v_proj, out_proj, so its weights cannot be compared",
-                          hint="name them as in the exercise; a packed qkv projection is fine in practice, but not here")
-        state["projections"] = projections
-
-    def deterministic() -> None:
-        property_check("dropout_in_eval", lambda: assert_deterministic(lambda x: forward(state["module"], x, x), x),
-                       example=example)
-
-    def matches_reference() -> None:
-        ref = MultiHeadAttention(d_model, n_heads, bias=state["projections"]["q_proj"].bias is not None).eval()
-        ref.load_state_dict({f"{p}.{w}": t for p, lin in state["projections"].items() for w, t in lin.state_dict().items()})
-        theirs = torch_multihead_attention(ref).eval()
-
-        def case(query: Tensor, key: Tensor) -> Case:
-            got = forward(state["module"], query, key)
-            with torch.no_grad():  # PyTorch's layer is the reference; ours, with one step wrong, names bugs
-                expected = theirs(query, key, key)[0]
-            return got, expected, fmt_inputs(query=query, key=key) + "\n(value = key)", _mha_bugs(ref, query, key)
-
-        expect_cases_close((lambda q=q, k=k: case(q, k) for q, k in ((x, x), (x, memory))), check="matches_reference",
-                           message="with your weights, nn.MultiheadAttention gives another output",
-                           hint="trace the shapes: project, split into heads, attend, merge, out_proj")
-
-    def permutation_equivariant() -> None:
-        property_check("permutation_equivariance",
-                       lambda: assert_permutation_equivariant(lambda x: forward(state["module"], x, x), x),
-                       example=example, hint="a reshape that mixes positions into heads breaks it (chapter 1)")
-
+    setting = _Setting(getattr(layer_class, "__name__", "your layer"), d_model, n_heads, x,
+                       inputs(2, 4, d_model, seed=2), fmt_inputs(query=x) + "\n(self-attention: query = key = value)")
+    state: dict[str, Any] = {}
     with grading:
-        grading.check(f"builds with ({d_model}, {n_heads}), and maps (B, T, D) to (B, T, D)", builds_and_runs, gate=True)
+        grading.check(f"builds with ({d_model}, {n_heads}), and maps (B, T, D) to (B, T, D)",
+                      partial(_mha_builds_and_runs, layer_class, setting, state), gate=True)
         sized = grading.check(f"as many parameters as nn.MultiheadAttention({d_model}, {n_heads}): heads of "
-                              "width d_model / n_heads", size)
-        grading.check("deterministic in eval() mode (no dropout left on)", deterministic, gate=True)
+                              "width d_model / n_heads", partial(_mha_size, setting, state))
+        grading.check("deterministic in eval() mode (no dropout left on)", partial(_mha_deterministic, setting, state),
+                      gate=True)
         if sized:
             grading.check("equals nn.MultiheadAttention with the same weights, in self- and cross-attention",
-                          matches_reference)
+                          partial(_mha_matches_reference, setting, state))
         else:
             grading.skip("the comparison with nn.MultiheadAttention, which needs its four projections")
-        grading.check("permutation-equivariant (transformer_lib.properties)", permutation_equivariant)
+        grading.check("permutation-equivariant (transformer_lib.properties)",
+                      partial(_mha_permutation_equivariant, setting, state))
     return grading.report
-

@@ -8,6 +8,8 @@ The reader's module has the interface of :class:`transformer_lib.blocks.Residual
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -56,11 +58,27 @@ def _example(x: Tensor, W: Tensor, sublayer: str) -> str:
     return f"{shown}\nsublayer: {sublayer}"
 
 
-def _grade_residual(module_class: Callable[..., nn.Module], norm_first: bool) -> GradeReport:
-    kind = "Pre-LN" if norm_first else "Post-LN"
-    grading = Grading(f"{kind} residual connection")
-    name = getattr(module_class, "__name__", "your module")
-    formula = "x + dropout(f(LN(x)))" if norm_first else "LN(x + dropout(f(x)))"
+@dataclass(frozen=True)
+class _Setting:
+    """What every check of one residual grading shares: the reader's class, the variant, and the inputs."""
+
+    module_class: Callable[..., nn.Module]
+    norm_first: bool
+    name: str
+    x: Tensor
+    W: Tensor
+    sublayers: dict[str, Callable[[Tensor], Tensor]]
+
+    @property
+    def kind(self) -> str:
+        return "Pre-LN" if self.norm_first else "Post-LN"
+
+    @property
+    def formula(self) -> str:
+        return "x + dropout(f(LN(x)))" if self.norm_first else "LN(x + dropout(f(x)))"
+
+
+def _setting(module_class: Callable[..., nn.Module], norm_first: bool) -> _Setting:
     x = 3.0 + inputs(2, 3, D, seed=40)  # a mean and a scale for the LayerNorm to remove
     W = inputs(D, D, seed=41) / 4
     sublayers: dict[str, Callable[[Tensor], Tensor]] = {
@@ -68,89 +86,109 @@ def _grade_residual(module_class: Callable[..., nn.Module], norm_first: bool) ->
         "f(h) = h Wᵀ": lambda h: h @ W.T,
         "f(h) = tanh(h Wᵀ)": lambda h: torch.tanh(h @ W.T),
     }
+    return _Setting(module_class, norm_first, getattr(module_class, "__name__", "your module"), x, W, sublayers)
+
+
+def _build(setting: _Setting, *args: Any) -> nn.Module:
+    what = f"{setting.name}({', '.join(map(repr, args))})"
+    module = call(setting.module_class, *args, what=what)
+    if not isinstance(module, nn.Module):
+        raise Problem("not_a_module", f"{what} is a {type(module).__name__}, not an nn.Module",
+                      hint="subclass nn.Module and call super().__init__() first")
+    return module.eval()
+
+
+def _run(setting: _Setting, module: nn.Module, f_name: str, x: Tensor | None = None) -> Tensor:
+    x = setting.x if x is None else x
+    example = _example(x, setting.W, f_name)
+    out = call(module, x, setting.sublayers[f_name], what=f"{setting.name}.forward(x, sublayer)", example=example)
+    if not isinstance(out, Tensor):
+        raise Problem("returns_tensor", f"forward returned {type(out).__name__}, not a tensor", example=example)
+    return out
+
+
+def _builds_and_runs(setting: _Setting, state: dict[str, Any]) -> None:
+    state["module"] = module = _build(setting, D)
+    expect_shape(_run(setting, module, "f(h) = h Wᵀ"), tuple(setting.x.shape), what="the output",
+                 example=fmt_inputs(x=setting.x))
+
+
+def _one_layer_norm(setting: _Setting, state: dict[str, Any]) -> None:
+    norms = [m for m in state["module"].modules() if isinstance(m, nn.LayerNorm)]
+    if len(norms) != 1:
+        raise Problem("layer_norm", f"the module holds {len(norms)} nn.LayerNorm, expected exactly one",
+                      hint="create self.norm = nn.LayerNorm(d_model) in __init__ (the comparison copies its "
+                           "parameters into transformer_lib.blocks.Residual)")
+    norm = norms[0]
+    generator = torch.Generator().manual_seed(42)
+    with torch.no_grad():  # parameters away from 1 and 0, so that a misplaced norm shows
+        if norm.weight is not None:
+            norm.weight.copy_(1.0 + torch.rand(D, generator=generator))
+            norm.bias.copy_(torch.rand(D, generator=generator) - 0.5)
+    reference = Residual(D, 0.0, norm_first=setting.norm_first).eval()
+    reference.norm.eps = norm.eps
+    with torch.no_grad():
+        reference.norm.weight.copy_(norm.weight if norm.weight is not None else torch.ones(D))
+        reference.norm.bias.copy_(norm.bias if norm.bias is not None else torch.zeros(D))
+    state["norm"], state["reference"] = norm, reference
+
+
+def _compared(setting: _Setting, state: dict[str, Any], f_name: str) -> Case:
+    x = setting.x
+    got = _run(setting, state["module"], f_name)
+    f = setting.sublayers[f_name]
+    with torch.no_grad():
+        expected = state["reference"](x, f)
+    example = _example(x, setting.W, f_name)
+    return got.detach(), expected, example, _residual_bugs(x, f, state["norm"], setting.norm_first)
+
+
+def _matches_reference(setting: _Setting, state: dict[str, Any]) -> None:
+    expect_cases_close((lambda f=f: _compared(setting, state, f) for f in setting.sublayers),
+                       check="matches_reference",
+                       message=f"the output differs from transformer_lib.blocks.Residual ({setting.formula})",
+                       hint=f"{setting.kind}: {setting.formula}")
+
+
+def _dropout_checks(setting: _Setting) -> None:
+    x = setting.x
+    module = _build(setting, D, 0.5)
+    example = _example(x, setting.W, "f(h) = h Wᵀ") + "\ndropout = 0.5"
+    property_check("dropout_in_eval",
+                   lambda: assert_deterministic(lambda x: _run(setting, module, "f(h) = h Wᵀ", x), x),
+                   example=example)
+    module.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        trained, zero = _run(setting, module, "f(h) = h Wᵀ"), _run(setting, module, "f(h) = 0")
+    module.eval()
+    if bool(torch.allclose(trained, _run(setting, module, "f(h) = h Wᵀ"))):
+        raise Problem("dropout_not_applied", "with dropout = 0.5, training mode gives the same output as eval()",
+                      example=example, hint="apply self.dropout (an nn.Dropout(dropout) made in __init__) to "
+                                            "the sublayer's output")
+    # f = 0: dropping parts of f's output changes nothing, so training must give eval()'s output
+    expect_close(zero.detach(), _run(setting, module, "f(h) = 0").detach(), check="dropout_placement",
+                 example=fmt_inputs(x=x) + "\nsublayer: f(h) = 0, dropout = 0.5, training mode",
+                 message="with a sublayer that adds nothing, training mode still changes the output: "
+                         "dropout acts on the residual path too, not only on the sublayer's output",
+                 hint=f"{setting.kind}: {setting.formula}, dropout around f's output only")
+
+
+def _grade_residual(module_class: Callable[..., nn.Module], norm_first: bool) -> GradeReport:
+    setting = _setting(module_class, norm_first)
+    grading = Grading(f"{setting.kind} residual connection")
     state: dict[str, Any] = {}
-
-    def build(*args: Any) -> nn.Module:
-        what = f"{name}({', '.join(map(repr, args))})"
-        module = call(module_class, *args, what=what)
-        if not isinstance(module, nn.Module):
-            raise Problem("not_a_module", f"{what} is a {type(module).__name__}, not an nn.Module",
-                          hint="subclass nn.Module and call super().__init__() first")
-        return module.eval()
-
-    def run(module: nn.Module, f_name: str, x: Tensor = x) -> Tensor:
-        example = _example(x, W, f_name)
-        out = call(module, x, sublayers[f_name], what=f"{name}.forward(x, sublayer)", example=example)
-        if not isinstance(out, Tensor):
-            raise Problem("returns_tensor", f"forward returned {type(out).__name__}, not a tensor", example=example)
-        return out
-
-    def builds_and_runs() -> None:
-        state["module"] = module = build(D)
-        expect_shape(run(module, "f(h) = h Wᵀ"), tuple(x.shape), what="the output", example=fmt_inputs(x=x))
-
-    def one_layer_norm() -> None:
-        norms = [m for m in state["module"].modules() if isinstance(m, nn.LayerNorm)]
-        if len(norms) != 1:
-            raise Problem("layer_norm", f"the module holds {len(norms)} nn.LayerNorm, expected exactly one",
-                          hint="create self.norm = nn.LayerNorm(d_model) in __init__ (the comparison copies its "
-                               "parameters into transformer_lib.blocks.Residual)")
-        norm = norms[0]
-        generator = torch.Generator().manual_seed(42)
-        with torch.no_grad():  # parameters away from 1 and 0, so that a misplaced norm shows
-            if norm.weight is not None:
-                norm.weight.copy_(1.0 + torch.rand(D, generator=generator))
-                norm.bias.copy_(torch.rand(D, generator=generator) - 0.5)
-        reference = Residual(D, 0.0, norm_first=norm_first).eval()
-        reference.norm.eps = norm.eps
-        with torch.no_grad():
-            reference.norm.weight.copy_(norm.weight if norm.weight is not None else torch.ones(D))
-            reference.norm.bias.copy_(norm.bias if norm.bias is not None else torch.zeros(D))
-        state["norm"], state["reference"] = norm, reference
-
-    def compared(f_name: str) -> Case:
-        got = run(state["module"], f_name)
-        f = sublayers[f_name]
-        with torch.no_grad():
-            expected = state["reference"](x, f)
-        example = _example(x, W, f_name)
-        return got.detach(), expected, example, _residual_bugs(x, f, state["norm"], norm_first)
-
-    def matches_reference() -> None:
-        expect_cases_close((lambda f=f: compared(f) for f in sublayers), check="matches_reference",
-                           message=f"the output differs from transformer_lib.blocks.Residual ({formula})",
-                           hint=f"{kind}: {formula}")
-
-    def dropout_checks() -> None:
-        module = build(D, 0.5)
-        example = _example(x, W, "f(h) = h Wᵀ") + "\ndropout = 0.5"
-        property_check("dropout_in_eval", lambda: assert_deterministic(lambda x: run(module, "f(h) = h Wᵀ", x), x),
-                       example=example)
-        module.train()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            trained, zero = run(module, "f(h) = h Wᵀ"), run(module, "f(h) = 0")
-        module.eval()
-        if bool(torch.allclose(trained, run(module, "f(h) = h Wᵀ"))):
-            raise Problem("dropout_not_applied", "with dropout = 0.5, training mode gives the same output as eval()",
-                          example=example, hint="apply self.dropout (an nn.Dropout(dropout) made in __init__) to "
-                                                "the sublayer's output")
-        # f = 0: dropping parts of f's output changes nothing, so training must give eval()'s output
-        expect_close(zero.detach(), run(module, "f(h) = 0").detach(), check="dropout_placement",
-                     example=fmt_inputs(x=x) + "\nsublayer: f(h) = 0, dropout = 0.5, training mode",
-                     message="with a sublayer that adds nothing, training mode still changes the output: "
-                             "dropout acts on the residual path too, not only on the sublayer's output",
-                     hint=f"{kind}: {formula}, dropout around f's output only")
-
     with grading:
-        grading.check(f"builds with d_model = {D} and maps (B, T, D) to (B, T, D)", builds_and_runs, gate=True)
-        if grading.check("holds one nn.LayerNorm(d_model)", one_layer_norm):
-            grading.check(f"equals transformer_lib.blocks.Residual(norm_first={norm_first}): {formula}, "
+        grading.check(f"builds with d_model = {D} and maps (B, T, D) to (B, T, D)",
+                      partial(_builds_and_runs, setting, state), gate=True)
+        if grading.check("holds one nn.LayerNorm(d_model)", partial(_one_layer_norm, setting, state)):
+            grading.check(f"equals transformer_lib.blocks.Residual(norm_first={norm_first}): {setting.formula}, "
                           "for f = 0 " + ("(the identity path: x itself)" if norm_first else "(LN(x))")
-                          + ", a linear and a nonlinear f", matches_reference)
+                          + ", a linear and a nonlinear f", partial(_matches_reference, setting, state))
         else:
             grading.skip("the comparison with transformer_lib.blocks.Residual, which copies the LayerNorm")
-        grading.check("dropout: on in training, on the sublayer's output only; off in eval()", dropout_checks)
+        grading.check("dropout: on in training, on the sublayer's output only; off in eval()",
+                      partial(_dropout_checks, setting))
     return grading.report
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -98,6 +99,95 @@ def _decoding_bugs(ref: Tensor, free: Tensor, eos: int) -> list[KnownBug]:
     ]
 
 
+@dataclass(frozen=True)
+class _Setting:
+    """What every check of one decoding grading shares: the recording model, its batch and the reference."""
+
+    model: _RecordingTransformer
+    src: Tensor
+    src_mask: Tensor
+    eos: int
+    ref: Tensor
+    free: Tensor
+    example: str
+
+
+def _setting() -> _Setting:
+    seed, eos, ref, free = _scenario()
+    src = torch.tensor(SOURCE)
+    example = (fmt_inputs(src=src) + f"\nsrc_mask = padding_mask(src, {PAD}), max_new_tokens = {MAX_NEW_TOKENS}\n"
+               f"bos_id = {BOS}, eos_id = {eos}, pad_id = {PAD}\n"
+               "model: an untrained Transformer (d_model 16, 2 decoder layers, 9 tokens)")
+    return _Setting(_model(seed), src, padding_mask(src, PAD), eos, ref, free, example)
+
+
+def _runs(fn: Callable[..., Any], setting: _Setting, state: dict[str, Tensor]) -> None:
+    model, src, example = setting.model, setting.src, setting.example
+    model.calls.clear()
+    try:
+        out = call(fn, model, src.clone(), setting.src_mask.clone(), MAX_NEW_TOKENS, BOS, setting.eos, PAD,
+                   what="your decoding", example=example)
+    except Problem as problem:
+        fed = [n for kind, n, _, cached in model.calls if kind == "decode" and cached]
+        if problem.failure.check == "raises" and any(n > 1 for n in fed[1:]):
+            raise Problem("prefix_fed_to_cache", f"{problem.failure.message}, after feeding the decoder {fed} "
+                          "positions with the cache on: the cache already holds the old positions",
+                          example=example, hint="with a cache, feed only the newest token: tokens[:, -1:]") from None
+        raise
+    if not isinstance(out, Tensor):
+        raise Problem("returns_tensor", f"your decoding returned {type(out).__name__}, not a tensor",
+                      example=example, hint="return the (B, T) tensor of generated token ids")
+    if out.dim() != 2 or out.size(0) != src.size(0) or out.is_floating_point():
+        raise Problem("output_shape", f"the output is {tuple(out.shape)} {out.dtype}, expected ({src.size(0)}, T) "
+                      "integer token ids", example=example, hint="one row of token ids per source sentence")
+    state["out"] = out
+
+
+def _encoder_once(setting: _Setting) -> None:
+    n = sum(kind == "encode" for kind, *_ in setting.model.calls)
+    if n != 1:
+        raise Problem("encoder_recomputed", f"the encoder ran {n} times for one batch", example=setting.example,
+                      hint="encode the source once, before the loop: memory = model.encode(src, src_mask)")
+
+
+def _uses_the_cache(setting: _Setting) -> None:
+    example = setting.example
+    steps = [(n, start, cached) for kind, n, start, cached in setting.model.calls if kind == "decode"]
+    fed = [n for n, _, _ in steps]
+    if not any(cached for *_, cached in steps):
+        raise Problem("cache_not_used", f"every step recomputes the whole prefix: the decoder was fed "
+                      f"{fed} positions, {sum(fed)} in all, where {len(fed)} do", example=example,
+                      hint="decode inside `with kv_cache(model) as cache:` and feed only the newest token, "
+                           "tokens[:, -1:]")
+    if any(n != 1 for n, _, _ in steps):
+        raise Problem("prefix_fed_to_cache", f"with the cache on, the decoder was fed {fed} positions per step: "
+                      "the cache already holds the old ones, which are now appended twice", example=example,
+                      hint="with a cache, feed only the newest token: tokens[:, -1:]")
+    starts = [start for _, start, _ in steps]
+    if starts != list(range(len(steps))):
+        raise Problem("positions_restart_at_zero" if not any(starts) else "positions_wrong",
+                      f"the new tokens were placed at positions {starts}, not {list(range(len(steps)))}: "
+                      "each step looks like the first to the positional encoding", example=example,
+                      hint="pass start=cache.length to model.decode (next_token_logits does it for you); "
+                           "chapter 6's pitfall 'new tokens at position 0'")
+
+
+def _matches_reference(setting: _Setting, state: dict[str, Tensor]) -> None:
+    def compared() -> Case:
+        return state["out"], setting.ref, setting.example, _decoding_bugs(setting.ref, setting.free, setting.eos)
+
+    expect_cases_close([compared], check="matches_reference",
+                       message="the tokens differ from greedy_decode's (which recomputes the prefix)",
+                       hint="take argmax of the next-token logits at every step")
+
+
+def _model_restored(setting: _Setting) -> None:
+    if setting.model.cache_active():
+        raise Problem("cache_left_on", "after decoding, the model's attention is still wrapped by the cache",
+                      example=setting.example,
+                      hint="use the cache as a context manager: with kv_cache(model) as cache:")
+
+
 def grade_greedy_decode(fn: Callable[..., Any]) -> GradeReport:
     """Grade the reader's greedy decoding with a key/value cache.
 
@@ -114,79 +204,14 @@ def grade_greedy_decode(fn: Callable[..., Any]) -> GradeReport:
         True
     """
     grading = Grading("Greedy decoding with a key/value cache")
-    seed, eos, ref, free = _scenario()
-    model = _model(seed)
-    src = torch.tensor(SOURCE)
-    src_mask = padding_mask(src, PAD)
-    example = (fmt_inputs(src=src) + f"\nsrc_mask = padding_mask(src, {PAD}), max_new_tokens = {MAX_NEW_TOKENS}\n"
-               f"bos_id = {BOS}, eos_id = {eos}, pad_id = {PAD}\n"
-               "model: an untrained Transformer (d_model 16, 2 decoder layers, 9 tokens)")
+    setting = _setting()
     state: dict[str, Tensor] = {}
-
-    def runs() -> None:
-        model.calls.clear()
-        try:
-            out = call(fn, model, src.clone(), src_mask.clone(), MAX_NEW_TOKENS, BOS, eos, PAD, what="your decoding",
-                       example=example)
-        except Problem as problem:
-            fed = [n for kind, n, _, cached in model.calls if kind == "decode" and cached]
-            if problem.failure.check == "raises" and any(n > 1 for n in fed[1:]):
-                raise Problem("prefix_fed_to_cache", f"{problem.failure.message}, after feeding the decoder {fed} "
-                              "positions with the cache on: the cache already holds the old positions",
-                              example=example, hint="with a cache, feed only the newest token: tokens[:, -1:]") from None
-            raise
-        if not isinstance(out, Tensor):
-            raise Problem("returns_tensor", f"your decoding returned {type(out).__name__}, not a tensor",
-                          example=example, hint="return the (B, T) tensor of generated token ids")
-        if out.dim() != 2 or out.size(0) != src.size(0) or out.is_floating_point():
-            raise Problem("output_shape", f"the output is {tuple(out.shape)} {out.dtype}, expected ({src.size(0)}, T) "
-                          "integer token ids", example=example, hint="one row of token ids per source sentence")
-        state["out"] = out
-
-    def encoder_once() -> None:
-        n = sum(kind == "encode" for kind, *_ in model.calls)
-        if n != 1:
-            raise Problem("encoder_recomputed", f"the encoder ran {n} times for one batch", example=example,
-                          hint="encode the source once, before the loop: memory = model.encode(src, src_mask)")
-
-    def uses_the_cache() -> None:
-        steps = [(n, start, cached) for kind, n, start, cached in model.calls if kind == "decode"]
-        fed = [n for n, _, _ in steps]
-        if not any(cached for *_, cached in steps):
-            raise Problem("cache_not_used", f"every step recomputes the whole prefix: the decoder was fed "
-                          f"{fed} positions, {sum(fed)} in all, where {len(fed)} do", example=example,
-                          hint="decode inside `with kv_cache(model) as cache:` and feed only the newest token, "
-                               "tokens[:, -1:]")
-        if any(n != 1 for n, _, _ in steps):
-            raise Problem("prefix_fed_to_cache", f"with the cache on, the decoder was fed {fed} positions per step: "
-                          "the cache already holds the old ones, which are now appended twice", example=example,
-                          hint="with a cache, feed only the newest token: tokens[:, -1:]")
-        starts = [start for _, start, _ in steps]
-        if starts != list(range(len(steps))):
-            raise Problem("positions_restart_at_zero" if not any(starts) else "positions_wrong",
-                          f"the new tokens were placed at positions {starts}, not {list(range(len(steps)))}: "
-                          "each step looks like the first to the positional encoding", example=example,
-                          hint="pass start=cache.length to model.decode (next_token_logits does it for you); "
-                               "chapter 6's pitfall 'new tokens at position 0'")
-
-    def matches_reference() -> None:
-        def compared() -> Case:
-            return state["out"], ref, example, _decoding_bugs(ref, free, eos)
-
-        expect_cases_close([compared], check="matches_reference",
-                           message="the tokens differ from greedy_decode's (which recomputes the prefix)",
-                           hint="take argmax of the next-token logits at every step")
-
-    def model_restored() -> None:
-        if model.cache_active():
-            raise Problem("cache_left_on", "after decoding, the model's attention is still wrapped by the cache",
-                          example=example, hint="use the cache as a context manager: with kv_cache(model) as cache:")
-
     with grading:
-        grading.check("runs and returns (B, T) token ids", runs, gate=True)
-        grading.check("runs the encoder once per batch", encoder_once)
-        grading.check("uses the key/value cache: one new token per step, at its own position", uses_the_cache)
+        grading.check("runs and returns (B, T) token ids", functools.partial(_runs, fn, setting, state), gate=True)
+        grading.check("runs the encoder once per batch", functools.partial(_encoder_once, setting))
+        grading.check("uses the key/value cache: one new token per step, at its own position",
+                      functools.partial(_uses_the_cache, setting))
         grading.check("equals greedy_decode: no <bos>, pads after each row's <eos>, stops when every row has "
-                      "ended", matches_reference)
-        grading.check("gives the model back without the cache", model_restored)
+                      "ended", functools.partial(_matches_reference, setting, state))
+        grading.check("gives the model back without the cache", functools.partial(_model_restored, setting))
     return grading.report

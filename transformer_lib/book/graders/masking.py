@@ -8,6 +8,7 @@ queries, ``L`` keys.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -338,6 +339,87 @@ def _masked_bugs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> list[KnownBug
     ]
 
 
+def _masked_output(fn: Callable[..., Any], q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, example: str,
+                   what: str = "your attention", finite: bool = False) -> Tensor:
+    """The reader's masked attention on one input (called without ``mask`` when it is ``None``), shape-checked."""
+    args = (q, k, v) if mask is None else (q, k, v, mask)
+    out = as_output(call(fn, *args, what=what, example=example), what, example)[0]
+    expect_shape(out, (*q.shape[:-1], v.size(-1)), what="the output", example=example,
+                 hint="one row per query, as wide as the values: (..., T, Dv)")
+    if finite:  # inside a property check: NaN would read as "not deterministic" (NaN != NaN)
+        expect_finite(out, what="the output", example=example)
+    return out
+
+
+def _masked_runs(fn: Callable[..., Any]) -> None:
+    q, k, v, mask = _masked_cases()[0]
+    _masked_output(fn, q, k, v, mask, fmt_inputs(query=q, key=k, value=v, mask=mask))
+
+
+def _masked_compared(fn: Callable[..., Any], q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Case:
+    example = fmt_inputs(query=q, key=k, value=v, mask=mask if mask is not None else "(not given)")
+    what = "your attention" + (" called without a mask" if mask is None else "")
+    return (_masked_output(fn, q, k, v, mask, example, what), F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+            example, [] if mask is None else _masked_bugs(q, k, v, mask))
+
+
+def _masked_matches_reference(fn: Callable[..., Any]) -> None:
+    expect_cases_close((lambda c=c: _masked_compared(fn, *c) for c in _masked_cases()), check="matches_reference",
+                       message="the output differs from F.scaled_dot_product_attention with the same mask",
+                       hint="fill the scores where the mask is False with -inf, then softmax over the keys")
+
+
+def _half_precision(fn: Callable[..., Any]) -> None:
+    q, k, v, mask = _masked_cases()[3]
+    example = fmt_inputs(mask=mask) + "\n(query, key and value: the case above, in float16)"
+    try:
+        got = _masked_output(fn, q.half(), k.half(), v.half(), mask, example, "your attention in float16")
+    except Problem as problem:
+        if problem.error is not None and "without overflow" in str(problem.error):
+            raise Problem(
+                "fill_overflows_float16",
+                "in float16 your attention raises: the fill value does not fit float16, whose largest "
+                "number is 65504 (mixed-precision training computes the scores in float16)",
+                example=example,
+                hint="fill with float('-inf'): exp(-inf) is exactly 0 in every dtype. (In bfloat16 "
+                     "-1e9 fits, so the same code works there and fails only in float16)",
+            ) from None
+        raise
+    expect_finite(got, what="the float16 output", example=example)
+    expect_close(got.float(), _masked_output(fn, q, k, v, mask, example), check="half_precision",
+                 message="in float16 your output differs from your float32 output by more than float16 rounding",
+                 example=example, rtol=1e-2, atol=1e-2)
+
+
+def _extreme_scores(fn: Callable[..., Any]) -> None:
+    T = 6
+    x = 0.5 + torch.rand(1, T, 8, generator=torch.Generator().manual_seed(6))  # positive features
+    scale = -5000.0  # a query projection that learned huge negative scores (minGPT#75)
+    mask = causal_mask(T)[0]
+    example = (f"query = {scale:g} · x, key = value = x, causal mask (T = {T}): the real scores are "
+               f"about {scale * float((x[0] * x[0]).sum(-1).mean()) / 8 ** 0.5:,.0f}\n" + fmt_inputs(x=x))
+    property_check("finite_fill_leaks",
+                   lambda: assert_causal(lambda x: _masked_output(fn, scale * x, x, x, mask, example, finite=True), x),
+                   example=example,
+                   hint="a finite fill is only 'very negative' relative to the real scores: when they drift "
+                        "below it, the masked future gets the most weight. Fill with float('-inf')")
+
+
+def _masked_causal(fn: Callable[..., Any]) -> None:
+    x = inputs(2, 5, 4, seed=8)
+    mask = causal_mask(5)[0]
+    property_check("causality", lambda: assert_causal(lambda x: _masked_output(fn, x, x, x, mask, "", finite=True), x),
+                   example=fmt_inputs(x=x, mask=mask) + "\n(self-attention: query = key = value = x)")
+
+
+def _masked_padding_invariant(fn: Callable[..., Any]) -> None:
+    tokens = torch.tensor([[5, 6, 0, 0, 0], [5, 6, 7, 8, 0]])
+    x, mask = inputs(2, 5, 4, seed=9), padding_mask(tokens, 0)
+    attend = lambda x: _masked_output(fn, x[:, None], x[:, None], x[:, None], mask, "", finite=True)[:, 0]  # noqa: E731
+    property_check("padding_invariance", lambda: assert_padding_invariant(attend, x, tokens != 0),
+                   example=fmt_inputs(x=x, mask=mask) + "\n(self-attention with a head dimension: x[:, None])")
+
+
 def grade_masked_attention(fn: Callable[..., Any]) -> GradeReport:
     """Grade the reader's attention with a mask.
 
@@ -353,86 +435,14 @@ def grade_masked_attention(fn: Callable[..., Any]) -> GradeReport:
         True
     """
     grading = Grading("Attention with a mask")
-
-    def output(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, example: str, what: str = "your attention",
-               finite: bool = False) -> Tensor:
-        args = (q, k, v) if mask is None else (q, k, v, mask)
-        out = as_output(call(fn, *args, what=what, example=example), what, example)[0]
-        expect_shape(out, (*q.shape[:-1], v.size(-1)), what="the output", example=example,
-                     hint="one row per query, as wide as the values: (..., T, Dv)")
-        if finite:  # inside a property check: NaN would read as "not deterministic" (NaN != NaN)
-            expect_finite(out, what="the output", example=example)
-        return out
-
-    def runs() -> None:
-        q, k, v, mask = _masked_cases()[0]
-        output(q, k, v, mask, fmt_inputs(query=q, key=k, value=v, mask=mask))
-
-    def compared(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Case:
-        example = fmt_inputs(query=q, key=k, value=v, mask=mask if mask is not None else "(not given)")
-        what = "your attention" + (" called without a mask" if mask is None else "")
-        return (output(q, k, v, mask, example, what), F.scaled_dot_product_attention(q, k, v, attn_mask=mask), example,
-                [] if mask is None else _masked_bugs(q, k, v, mask))
-
-    def matches_reference() -> None:
-        expect_cases_close((lambda c=c: compared(*c) for c in _masked_cases()), check="matches_reference",
-                           message="the output differs from F.scaled_dot_product_attention with the same mask",
-                           hint="fill the scores where the mask is False with -inf, then softmax over the keys")
-
-    def half_precision() -> None:
-        q, k, v, mask = _masked_cases()[3]
-        example = fmt_inputs(mask=mask) + "\n(query, key and value: the case above, in float16)"
-        try:
-            got = output(q.half(), k.half(), v.half(), mask, example, "your attention in float16")
-        except Problem as problem:
-            if problem.error is not None and "without overflow" in str(problem.error):
-                raise Problem(
-                    "fill_overflows_float16",
-                    "in float16 your attention raises: the fill value does not fit float16, whose largest "
-                    "number is 65504 (mixed-precision training computes the scores in float16)",
-                    example=example,
-                    hint="fill with float('-inf'): exp(-inf) is exactly 0 in every dtype. (In bfloat16 "
-                         "-1e9 fits, so the same code works there and fails only in float16)",
-                ) from None
-            raise
-        expect_finite(got, what="the float16 output", example=example)
-        expect_close(got.float(), output(q, k, v, mask, example), check="half_precision",
-                     message="in float16 your output differs from your float32 output by more than float16 rounding",
-                     example=example, rtol=1e-2, atol=1e-2)
-
-    def extreme_scores() -> None:
-        T = 6
-        x = 0.5 + torch.rand(1, T, 8, generator=torch.Generator().manual_seed(6))  # positive features
-        scale = -5000.0  # a query projection that learned huge negative scores (minGPT#75)
-        mask = causal_mask(T)[0]
-        example = (f"query = {scale:g} · x, key = value = x, causal mask (T = {T}): the real scores are "
-                   f"about {scale * float((x[0] * x[0]).sum(-1).mean()) / 8 ** 0.5:,.0f}\n" + fmt_inputs(x=x))
-        property_check("finite_fill_leaks",
-                       lambda: assert_causal(lambda x: output(scale * x, x, x, mask, example, finite=True), x),
-                       example=example,
-                       hint="a finite fill is only 'very negative' relative to the real scores: when they drift "
-                            "below it, the masked future gets the most weight. Fill with float('-inf')")
-
-    def causal() -> None:
-        x = inputs(2, 5, 4, seed=8)
-        mask = causal_mask(5)[0]
-        property_check("causality", lambda: assert_causal(lambda x: output(x, x, x, mask, "", finite=True), x),
-                       example=fmt_inputs(x=x, mask=mask) + "\n(self-attention: query = key = value = x)")
-
-    def padding_invariant() -> None:
-        tokens = torch.tensor([[5, 6, 0, 0, 0], [5, 6, 7, 8, 0]])
-        x, mask = inputs(2, 5, 4, seed=9), padding_mask(tokens, 0)
-        attend = lambda x: output(x[:, None], x[:, None], x[:, None], mask, "", finite=True)[:, 0]  # noqa: E731
-        property_check("padding_invariance", lambda: assert_padding_invariant(attend, x, tokens != 0),
-                       example=fmt_inputs(x=x, mask=mask) + "\n(self-attention with a head dimension: x[:, None])")
-
     with grading:
-        grading.check("runs with a mask", runs, gate=True)
+        grading.check("runs with a mask", partial(_masked_runs, fn), gate=True)
         grading.check("equals F.scaled_dot_product_attention with (T, L), causal and padding masks, "
-                      "and without a mask", matches_reference)
-        grading.check("causal under causal_mask (transformer_lib.properties)", causal)
-        grading.check("ignores what the pads hold under padding_mask (transformer_lib.properties)", padding_invariant)
-        grading.check("works in float16 (mixed precision): no overflow, same answer", half_precision)
+                      "and without a mask", partial(_masked_matches_reference, fn))
+        grading.check("causal under causal_mask (transformer_lib.properties)", partial(_masked_causal, fn))
+        grading.check("ignores what the pads hold under padding_mask (transformer_lib.properties)",
+                      partial(_masked_padding_invariant, fn))
+        grading.check("works in float16 (mixed precision): no overflow, same answer", partial(_half_precision, fn))
         grading.check("stays causal when the real scores are near -14,000 (no finite fill to leak past)",
-                      extreme_scores)
+                      partial(_extreme_scores, fn))
     return grading.report

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -66,6 +67,53 @@ def _table_bugs(max_len: int, d_model: int) -> list[KnownBug]:
     ]
 
 
+def _table(fn: Callable[[int, int], Tensor], max_len: int, d_model: int) -> tuple[Tensor, str]:
+    """The reader's table (a leading dimension of 1 dropped) and the input printed; checked for shape and dtype."""
+    example = fmt_inputs(max_len=max_len, d_model=d_model)
+    what = f"your table({max_len}, {d_model})"
+    out = call(fn, max_len, d_model, what=what, example=example)
+    if not isinstance(out, Tensor):
+        raise Problem("returns_tensor", f"{what} returned {type(out).__name__}, not a tensor", example=example)
+    if out.dim() == 3 and out.size(0) == 1:
+        out = out[0]
+    if tuple(out.shape) != (max_len, d_model):
+        hint = ("an odd width has one more sine than cosines: fill the cosine columns with "
+                "angles[:, : d_model // 2]") if d_model % 2 else "one row per position, one column per dimension"
+        raise Problem("output_shape", f"{what} has shape {tuple(out.shape)}, expected {(max_len, d_model)}",
+                      example=example, hint=hint)
+    if not out.is_floating_point():
+        raise Problem("dtype", f"{what} has dtype {out.dtype}, not a floating-point type", example=example)
+    return out, example
+
+
+def _odd_width_hint(problem: Problem, d_model: int) -> Problem:
+    if d_model % 2 and problem.failure.check == "raises":
+        return Problem("odd_width", f"{problem.failure.message} (d_model = {d_model} is odd)",
+                       example=problem.failure.example,
+                       hint="with an odd width the last sine has no cosine partner: compute the "
+                            "cosines for the d_model // 2 complete pairs only")
+    return problem
+
+
+def _compared(fn: Callable[[int, int], Tensor], max_len: int, d_model: int) -> Case:
+    try:
+        out, example = _table(fn, max_len, d_model)
+    except Problem as problem:
+        raise _odd_width_hint(problem, d_model) from None
+    return out, sinusoidal_table(max_len, d_model), example, _table_bugs(max_len, d_model)
+
+
+def _runs(fn: Callable[[int, int], Tensor]) -> None:
+    _table(fn, *TABLE_CASES[0])
+
+
+def _matches_reference(fn: Callable[[int, int], Tensor]) -> None:
+    # float32 sin and cos of angles up to max_len: absolute error well under 1e-5
+    expect_cases_close((lambda c=c: _compared(fn, *c) for c in TABLE_CASES), check="matches_reference",
+                       message="the table differs from sinusoidal_table", rtol=0.0, atol=1e-5,
+                       hint="PE(p, 2i) = sin(p / 10000^(2i/D)), PE(p, 2i+1) = cos(p / 10000^(2i/D))")
+
+
 def grade_sinusoidal_table(fn: Callable[[int, int], Tensor]) -> GradeReport:
     """Grade the reader's table of sinusoidal positional encodings.
 
@@ -80,50 +128,8 @@ def grade_sinusoidal_table(fn: Callable[[int, int], Tensor]) -> GradeReport:
         True
     """
     grading = Grading("Sinusoidal positional encodings")
-
-    def table(max_len: int, d_model: int) -> tuple[Tensor, str]:
-        example = fmt_inputs(max_len=max_len, d_model=d_model)
-        what = f"your table({max_len}, {d_model})"
-        out = call(fn, max_len, d_model, what=what, example=example)
-        if not isinstance(out, Tensor):
-            raise Problem("returns_tensor", f"{what} returned {type(out).__name__}, not a tensor", example=example)
-        if out.dim() == 3 and out.size(0) == 1:
-            out = out[0]
-        if tuple(out.shape) != (max_len, d_model):
-            hint = ("an odd width has one more sine than cosines: fill the cosine columns with "
-                    "angles[:, : d_model // 2]") if d_model % 2 else "one row per position, one column per dimension"
-            raise Problem("output_shape", f"{what} has shape {tuple(out.shape)}, expected {(max_len, d_model)}",
-                          example=example, hint=hint)
-        if not out.is_floating_point():
-            raise Problem("dtype", f"{what} has dtype {out.dtype}, not a floating-point type", example=example)
-        return out, example
-
-    def odd_width_hint(problem: Problem, d_model: int) -> Problem:
-        if d_model % 2 and problem.failure.check == "raises":
-            return Problem("odd_width", f"{problem.failure.message} (d_model = {d_model} is odd)",
-                           example=problem.failure.example,
-                           hint="with an odd width the last sine has no cosine partner: compute the "
-                                "cosines for the d_model // 2 complete pairs only")
-        return problem
-
-    def compared(max_len: int, d_model: int) -> Case:
-        try:
-            out, example = table(max_len, d_model)
-        except Problem as problem:
-            raise odd_width_hint(problem, d_model) from None
-        return out, sinusoidal_table(max_len, d_model), example, _table_bugs(max_len, d_model)
-
-    def runs() -> None:
-        table(*TABLE_CASES[0])
-
-    def matches_reference() -> None:
-        # float32 sin and cos of angles up to max_len: absolute error well under 1e-5
-        expect_cases_close((lambda c=c: compared(*c) for c in TABLE_CASES), check="matches_reference",
-                           message="the table differs from sinusoidal_table", rtol=0.0, atol=1e-5,
-                           hint="PE(p, 2i) = sin(p / 10000^(2i/D)), PE(p, 2i+1) = cos(p / 10000^(2i/D))")
-
     with grading:
-        grading.check("returns a (max_len, d_model) floating-point table", runs, gate=True)
+        grading.check("returns a (max_len, d_model) floating-point table", partial(_runs, fn), gate=True)
         grading.check("equals sinusoidal_table: (3, 4) as computed by hand in the chapter, (4, 2), (50, 16), "
-                      "and the odd width (20, 7)", matches_reference)
+                      "and the odd width (20, 7)", partial(_matches_reference, fn))
     return grading.report

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -91,6 +92,94 @@ def _loss_bugs(logits: Tensor, target: Tensor, eps: float, pad: int) -> list[Kno
     ]
 
 
+def _loss_case(index: int) -> tuple[Tensor, Tensor, float, int, str]:
+    """``(logits, target, label_smoothing, ignore_index, the input printed)`` of ``LOSS_CASES[index]``."""
+    shape, target, eps, pad = LOSS_CASES[index]
+    logits, target = inputs(*shape, seed=50 + index), torch.tensor(target)
+    return logits, target, eps, pad, fmt_inputs(logits=logits, target=target, label_smoothing=eps, ignore_index=pad)
+
+
+def _loss(fn: Callable[..., Any], logits: Tensor, target: Tensor, eps: float, pad: int, example: str,
+          grad: bool = False) -> Tensor:
+    """The reader's loss on one input; a :class:`Problem` unless it is a 0-dimensional tensor."""
+    value = call(fn, logits, target, eps, pad, what="your loss", example=example, grad=grad)
+    if not isinstance(value, Tensor):
+        raise Problem("returns_tensor", f"your loss returned {type(value).__name__}, not a tensor", example=example,
+                      hint="return the tensor itself: .item() or float() cut it off from autograd")
+    if value.dim() != 0:
+        hint = ("that is one loss per position (reduction='none'): average over the non-pad positions"
+                if value.shape == target.shape else "return a single number, a 0-dimensional tensor")
+        raise Problem("loss_shape", f"your loss has shape {tuple(value.shape)}, expected a scalar ()",
+                      example=example, hint=hint)
+    return value
+
+
+def _reference_loss(logits: Tensor, target: Tensor, eps: float, pad: int) -> Tensor:
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), label_smoothing=eps, ignore_index=pad)
+
+
+def _loss_runs(fn: Callable[..., Any]) -> None:
+    _loss(fn, *_loss_case(0))
+
+
+def _loss_compared(fn: Callable[..., Any], index: int) -> Case:
+    logits, target, eps, pad, example = _loss_case(index)
+    return (_loss(fn, logits, target, eps, pad, example).detach(), _reference_loss(logits, target, eps, pad), example,
+            _loss_bugs(logits, target, eps, pad))
+
+
+def _loss_matches_reference(fn: Callable[..., Any]) -> None:
+    expect_cases_close((lambda i=i: _loss_compared(fn, i) for i in range(len(LOSS_CASES))), check="matches_reference",
+                       message="the loss differs from F.cross_entropy(label_smoothing=ε, ignore_index=pad)",
+                       hint="per position (1 - ε)(-log p_target) + ε · mean over the V tokens of -log p_v, "
+                            "averaged over non-pad positions")
+
+
+def _loss_stable(fn: Callable[..., Any], matched: bool) -> None:
+    logits = torch.tensor([[[1000.0, 0.0, -1000.0], [0.0, 500.0, 0.0]]])  # (1, 2, 3)
+    target = torch.tensor([[2, 1]])
+    example = fmt_inputs(logits=logits, target=target, label_smoothing=0.1, ignore_index=0)
+    got = _loss(fn, logits, target, 0.1, 0, example)
+    hint = ("softmax(...).log() underflows to log(0) = -inf (or, with a small number added, to a wrong "
+            "finite value): use F.log_softmax, which subtracts the row's maximum first")
+    if not bool(torch.isfinite(got)):
+        raise Problem("numerically_unstable", f"with large logits your loss is {float(got)}", example=example,
+                      expected=fmt(_reference_loss(logits, target, 0.1, 0)), got=fmt(got.detach()), hint=hint)
+    if matched:  # right on ordinary logits: a difference here is the numerics
+        expect_close(got.detach(), _reference_loss(logits, target, 0.1, 0), check="numerically_unstable",
+                     example=example, message="with large logits your loss differs from F.cross_entropy", hint=hint)
+
+
+def _loss_gradient(fn: Callable[..., Any], matched: bool) -> None:
+    logits, target, eps, pad, example = _loss_case(1)
+    logits.requires_grad_(True)
+    got = _loss(fn, logits, target, eps, pad, example, grad=True)
+    if not got.requires_grad:
+        raise Problem("not_differentiable", "the loss is cut off from the logits: no gradient can flow back",
+                      example=example, hint="compute it with torch operations on logits; .item(), .numpy(), "
+                                            "torch.tensor(...) or .detach() end the graph")
+    (mine,) = torch.autograd.grad(got, logits)
+    (expected,) = torch.autograd.grad(_reference_loss(logits, target, eps, pad), logits)
+    if not matched:  # a wrong loss has a wrong gradient: reported above already
+        return
+    expect_close(mine, expected, check="gradient", example=example,
+                 message="the gradient with respect to the logits differs from F.cross_entropy's",
+                 hint="the gradient at a position is softmax(logits) - q, q the smoothed target")
+
+
+def _loss_padding_invariant(fn: Callable[..., Any]) -> None:
+    logits, target, eps, pad, example = _loss_case(1)
+    extra = inputs(2, 3, logits.size(-1), seed=59)  # three more positions: a longer sentence joined
+    longer_logits = torch.cat([logits, extra], dim=1)
+    longer_target = F.pad(target, (0, 3), value=pad)
+    longer = fmt_inputs(logits=longer_logits, target=longer_target, label_smoothing=eps, ignore_index=pad)
+    expect_close(_loss(fn, longer_logits, longer_target, eps, pad, longer).detach(),
+                 _loss(fn, logits, target, eps, pad, example).detach(), check="padding_invariance",
+                 example=longer, message="three more pad positions per sentence change the loss",
+                 hint="positions where target == ignore_index must contribute nothing, to the sum or the count")
+
+
 def grade_label_smoothed_loss(fn: Callable[..., Any]) -> GradeReport:
     """Grade the reader's label-smoothed cross-entropy.
 
@@ -107,91 +196,13 @@ def grade_label_smoothed_loss(fn: Callable[..., Any]) -> GradeReport:
         True
     """
     grading = Grading("Label-smoothed cross-entropy")
-    matched = False
-
-    def case(index: int) -> tuple[Tensor, Tensor, float, int, str]:
-        shape, target, eps, pad = LOSS_CASES[index]
-        logits, target = inputs(*shape, seed=50 + index), torch.tensor(target)
-        return logits, target, eps, pad, fmt_inputs(logits=logits, target=target, label_smoothing=eps, ignore_index=pad)
-
-    def loss(logits: Tensor, target: Tensor, eps: float, pad: int, example: str, grad: bool = False) -> Tensor:
-        value = call(fn, logits, target, eps, pad, what="your loss", example=example, grad=grad)
-        if not isinstance(value, Tensor):
-            raise Problem("returns_tensor", f"your loss returned {type(value).__name__}, not a tensor", example=example,
-                          hint="return the tensor itself: .item() or float() cut it off from autograd")
-        if value.dim() != 0:
-            hint = ("that is one loss per position (reduction='none'): average over the non-pad positions"
-                    if value.shape == target.shape else "return a single number, a 0-dimensional tensor")
-            raise Problem("loss_shape", f"your loss has shape {tuple(value.shape)}, expected a scalar ()",
-                          example=example, hint=hint)
-        return value
-
-    def reference(logits: Tensor, target: Tensor, eps: float, pad: int) -> Tensor:
-        V = logits.size(-1)
-        return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), label_smoothing=eps, ignore_index=pad)
-
-    def runs() -> None:
-        loss(*case(0))
-
-    def compared(index: int) -> Case:
-        logits, target, eps, pad, example = case(index)
-        return (loss(logits, target, eps, pad, example).detach(), reference(logits, target, eps, pad), example,
-                _loss_bugs(logits, target, eps, pad))
-
-    def matches_reference() -> None:
-        expect_cases_close((lambda i=i: compared(i) for i in range(len(LOSS_CASES))), check="matches_reference",
-                           message="the loss differs from F.cross_entropy(label_smoothing=ε, ignore_index=pad)",
-                           hint="per position (1 - ε)(-log p_target) + ε · mean over the V tokens of -log p_v, "
-                                "averaged over non-pad positions")
-
-    def stable() -> None:
-        logits = torch.tensor([[[1000.0, 0.0, -1000.0], [0.0, 500.0, 0.0]]])  # (1, 2, 3)
-        target = torch.tensor([[2, 1]])
-        example = fmt_inputs(logits=logits, target=target, label_smoothing=0.1, ignore_index=0)
-        got = loss(logits, target, 0.1, 0, example)
-        hint = ("softmax(...).log() underflows to log(0) = -inf (or, with a small number added, to a wrong "
-                "finite value): use F.log_softmax, which subtracts the row's maximum first")
-        if not bool(torch.isfinite(got)):
-            raise Problem("numerically_unstable", f"with large logits your loss is {float(got)}", example=example,
-                          expected=fmt(reference(logits, target, 0.1, 0)), got=fmt(got.detach()), hint=hint)
-        if matched:  # right on ordinary logits: a difference here is the numerics
-            expect_close(got.detach(), reference(logits, target, 0.1, 0), check="numerically_unstable",
-                         example=example, message="with large logits your loss differs from F.cross_entropy", hint=hint)
-
-    def gradient() -> None:
-        logits, target, eps, pad, example = case(1)
-        logits.requires_grad_(True)
-        got = loss(logits, target, eps, pad, example, grad=True)
-        if not got.requires_grad:
-            raise Problem("not_differentiable", "the loss is cut off from the logits: no gradient can flow back",
-                          example=example, hint="compute it with torch operations on logits; .item(), .numpy(), "
-                                                "torch.tensor(...) or .detach() end the graph")
-        (mine,) = torch.autograd.grad(got, logits)
-        (expected,) = torch.autograd.grad(reference(logits, target, eps, pad), logits)
-        if not matched:  # a wrong loss has a wrong gradient: reported above already
-            return
-        expect_close(mine, expected, check="gradient", example=example,
-                     message="the gradient with respect to the logits differs from F.cross_entropy's",
-                     hint="the gradient at a position is softmax(logits) - q, q the smoothed target")
-
-    def padding_invariant() -> None:
-        logits, target, eps, pad, example = case(1)
-        extra = inputs(2, 3, logits.size(-1), seed=59)  # three more positions: a longer sentence joined
-        longer_logits = torch.cat([logits, extra], dim=1)
-        longer_target = F.pad(target, (0, 3), value=pad)
-        longer = fmt_inputs(logits=longer_logits, target=longer_target, label_smoothing=eps, ignore_index=pad)
-        expect_close(loss(longer_logits, longer_target, eps, pad, longer).detach(),
-                     loss(logits, target, eps, pad, example).detach(), check="padding_invariance",
-                     example=longer, message="three more pad positions per sentence change the loss",
-                     hint="positions where target == ignore_index must contribute nothing, to the sum or the count")
-
     with grading:
-        grading.check("returns a scalar tensor", runs, gate=True)
+        grading.check("returns a scalar tensor", partial(_loss_runs, fn), gate=True)
         matched = grading.check("equals F.cross_entropy(label_smoothing=ε, ignore_index=pad) for ε = 0.1, 0, "
-                                "0.3 and a pad id other than 0", matches_reference)
-        grading.check("stays finite and exact for logits of ±1000", stable)
-        grading.check("has F.cross_entropy's gradient (autograd)", gradient)
-        grading.check("ignores padding: more pad positions, the same loss", padding_invariant)
+                                "0.3 and a pad id other than 0", partial(_loss_matches_reference, fn))
+        grading.check("stays finite and exact for logits of ±1000", partial(_loss_stable, fn, matched))
+        grading.check("has F.cross_entropy's gradient (autograd)", partial(_loss_gradient, fn, matched))
+        grading.check("ignores padding: more pad positions, the same loss", partial(_loss_padding_invariant, fn))
     return grading.report
 
 
@@ -214,6 +225,51 @@ def _offset(tgt_in: Tensor, tgt_out: Tensor, keep: Tensor) -> int | None:
     return None
 
 
+def _split(fn: Callable[[Tensor], tuple[Tensor, Tensor]], index: int) -> tuple[Tensor, Tensor, Tensor, str]:
+    """``(tgt, tgt_in, tgt_out, the input printed)`` for ``SHIFT_CASES[index]``, the reader's pair checked for shape."""
+    tgt = torch.tensor(SHIFT_CASES[index])
+    example = fmt_inputs(tgt=tgt) + "\n(<bos> = 2, <eos> = 3, <pad> = 0)"
+    result = call(fn, tgt, what="your shift", example=example)
+    if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
+        raise Problem("returns_pair", f"your shift returned {type(result).__name__}, not a pair of tensors",
+                      example=example, hint="return tgt_in, tgt_out")
+    tgt_in, tgt_out = result
+    for name, t in (("tgt_in", tgt_in), ("tgt_out", tgt_out)):
+        if tuple(t.shape) != (tgt.size(0), tgt.size(1) - 1):
+            raise Problem("output_shape", f"{name} has shape {tuple(t.shape)}, expected {(tgt.size(0), tgt.size(1) - 1)}",
+                          example=example, hint="each drops one end of the target: tgt[:, :-1] and tgt[:, 1:]")
+    return tgt, tgt_in, tgt_out, example
+
+
+def _shift_runs(fn: Callable[[Tensor], tuple[Tensor, Tensor]]) -> None:
+    for index in range(len(SHIFT_CASES)):
+        _split(fn, index)
+
+
+def _shifted(fn: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int) -> None:
+    for index in range(len(SHIFT_CASES)):
+        tgt, tgt_in, tgt_out, example = _split(fn, index)
+        expected_in, expected_out = tgt[:, :-1], tgt[:, 1:]
+        keep = expected_out != pad_id  # the labels the loss counts
+        if torch.equal(tgt_out, expected_out) and torch.equal(tgt_in[keep], expected_in[keep]):
+            continue
+        shown = f"tgt_in:\n{fmt(expected_in)}\ntgt_out:\n{fmt(expected_out)}"
+        got = f"tgt_in:\n{fmt(tgt_in)}\ntgt_out:\n{fmt(tgt_out)}"
+        k = _offset(tgt_in, tgt_out, keep)
+        if k is not None and k != 1:
+            copy = pitfalls.copy_accuracy(tgt_in, tgt_out, pad_id)
+            says = {0: "the token it reads at the same position: a decoder that copies its input "
+                       f"scores {copy:.0%}, so the loss falls and nothing is learned",
+                    -1: "the token it read one step earlier: the decoder is trained to repeat the past"}
+            raise Problem("off_by_one_shift", "the label at position t is " + says.get(
+                k, f"the decoder input at position t + {k}, not t + 1"), example=example, expected=shown, got=got,
+                hint="the decoder at t reads tgt[:, t] and predicts tgt[:, t + 1]: tgt_in = tgt[:, :-1], "
+                     "tgt_out = tgt[:, 1:]")
+        raise Problem("matches_reference", "tgt_in or tgt_out differs from (tgt[:, :-1], tgt[:, 1:])",
+                      example=example, expected=shown, got=got,
+                      hint="tgt_in starts with <bos>; tgt_out ends with <eos>; pads stay pads")
+
+
 def grade_target_shift(fn: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int = 0) -> GradeReport:
     """Grade the reader's split of a target into decoder input and labels (teacher forcing).
 
@@ -227,52 +283,10 @@ def grade_target_shift(fn: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: in
         True
     """
     grading = Grading("Target shift for teacher forcing")
-
-    def split(index: int) -> tuple[Tensor, Tensor, Tensor, str]:
-        tgt = torch.tensor(SHIFT_CASES[index])
-        example = fmt_inputs(tgt=tgt) + "\n(<bos> = 2, <eos> = 3, <pad> = 0)"
-        result = call(fn, tgt, what="your shift", example=example)
-        if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
-            raise Problem("returns_pair", f"your shift returned {type(result).__name__}, not a pair of tensors",
-                          example=example, hint="return tgt_in, tgt_out")
-        tgt_in, tgt_out = result
-        for name, t in (("tgt_in", tgt_in), ("tgt_out", tgt_out)):
-            if tuple(t.shape) != (tgt.size(0), tgt.size(1) - 1):
-                raise Problem("output_shape", f"{name} has shape {tuple(t.shape)}, expected {(tgt.size(0), tgt.size(1) - 1)}",
-                              example=example, hint="each drops one end of the target: tgt[:, :-1] and tgt[:, 1:]")
-        return tgt, tgt_in, tgt_out, example
-
-    def runs() -> None:
-        for index in range(len(SHIFT_CASES)):
-            split(index)
-
-    def shifted() -> None:
-        for index in range(len(SHIFT_CASES)):
-            tgt, tgt_in, tgt_out, example = split(index)
-            expected_in, expected_out = tgt[:, :-1], tgt[:, 1:]
-            keep = expected_out != pad_id  # the labels the loss counts
-            if torch.equal(tgt_out, expected_out) and torch.equal(tgt_in[keep], expected_in[keep]):
-                continue
-            shown = f"tgt_in:\n{fmt(expected_in)}\ntgt_out:\n{fmt(expected_out)}"
-            got = f"tgt_in:\n{fmt(tgt_in)}\ntgt_out:\n{fmt(tgt_out)}"
-            k = _offset(tgt_in, tgt_out, keep)
-            if k is not None and k != 1:
-                copy = pitfalls.copy_accuracy(tgt_in, tgt_out, pad_id)
-                says = {0: "the token it reads at the same position: a decoder that copies its input "
-                           f"scores {copy:.0%}, so the loss falls and nothing is learned",
-                        -1: "the token it read one step earlier: the decoder is trained to repeat the past"}
-                raise Problem("off_by_one_shift", "the label at position t is " + says.get(
-                    k, f"the decoder input at position t + {k}, not t + 1"), example=example, expected=shown, got=got,
-                    hint="the decoder at t reads tgt[:, t] and predicts tgt[:, t + 1]: tgt_in = tgt[:, :-1], "
-                         "tgt_out = tgt[:, 1:]")
-            raise Problem("matches_reference", "tgt_in or tgt_out differs from (tgt[:, :-1], tgt[:, 1:])",
-                          example=example, expected=shown, got=got,
-                          hint="tgt_in starts with <bos>; tgt_out ends with <eos>; pads stay pads")
-
     with grading:
-        grading.check("returns (tgt_in, tgt_out), each (B, T - 1)", runs, gate=True)
+        grading.check("returns (tgt_in, tgt_out), each (B, T - 1)", partial(_shift_runs, fn), gate=True)
         grading.check("tgt_in = <bos> y1 .. yn and tgt_out = y1 .. yn <eos>: each label is the token after "
-                      "the input at its position", shifted)
+                      "the input at its position", partial(_shifted, fn, pad_id))
     return grading.report
 
 
@@ -280,6 +294,7 @@ def grade_target_shift(fn: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: in
 
 SHORT_WORDS = ["a", "an", "on", "in", "the", "dog", "red", "by", "is", "at"]
 LONG_WORDS = ["photographer", "construction", "performance", "skateboarder", "neighbourhood", "instrument"]
+TOKENIZE = str.split  # the tokenizer the reader's batching is given
 
 
 def length_batching_sentences(n: int = 48, seed: int = 0) -> list[str]:
@@ -296,6 +311,49 @@ def length_batching_sentences(n: int = 48, seed: int = 0) -> list[str]:
 
 def _shortened(sentence: str, width: int = 60) -> str:
     return repr(sentence if len(sentence) <= width else sentence[: width - 3] + "...")
+
+
+def _batches_example(sentences: list[str], lengths: list[int], batch_size: int) -> str:
+    return (f"{len(sentences)} sentences of {min(lengths)} to {max(lengths)} tokens, batch_size = {batch_size}, "
+            f"tokenize = str.split; the first three:\n" + "\n".join(_shortened(s) for s in sentences[:3]))
+
+
+def _batches_run(fn: Callable[..., Any], sentences: list[str], batch_size: int, example: str,
+                 state: dict[str, list[list[int]]]) -> None:
+    result = call(fn, list(sentences), TOKENIZE, batch_size, what="your batching", example=example)
+    try:
+        batches = [[int(i) for i in batch] for batch in result]
+    except (TypeError, ValueError):
+        raise Problem("returns_batches", f"your batching returned {type(result).__name__}, not a list of "
+                      "lists of sentence indices", example=example, hint="return e.g. [[3, 7, 1], [0, 5, 2]]") from None
+    state["batches"] = batches
+
+
+def _batches_valid(batches: list[list[int]], n_sentences: int, batch_size: int, example: str) -> None:
+    used = sorted(i for batch in batches for i in batch)
+    if used != list(range(n_sentences)):
+        missing = sorted(set(range(n_sentences)) - set(used))
+        repeated = sorted({i for i in used if used.count(i) > 1})
+        raise Problem("every_sentence_once", f"batches must use each of the {n_sentences} sentences once "
+                      f"(missing: {missing[:5]}, repeated: {repeated[:5]})", example=example)
+    if max(len(batch) for batch in batches) > batch_size:
+        raise Problem("batch_size", f"a batch holds {max(len(b) for b in batches)} sentences, more than "
+                      f"batch_size = {batch_size}", example=example)
+
+
+def _little_padding(batches: list[list[int]], sentences: list[str], lengths: list[int], batch_size: int,
+                    example: str) -> None:
+    waste = pitfalls.padding_waste_by_sort_key(sentences, TOKENIZE, batch_size)
+    mine = padding_waste(batches, lengths)
+    if mine <= waste["tokens"] + 1e-9:
+        return
+    numbers = (f"{mine:.2f} pad tokens per sentence; sorting by tokens needs {waste['tokens']:.2f}, "
+               f"random batches {waste['random']:.2f}")
+    if abs(mine - waste["characters"]) < 1e-9:
+        raise Problem("sorted_by_characters", f"the batches are sorted by characters, not tokens: {numbers}",
+                      example=example, hint="a batch is padded in tokens: sort by len(tokenize(sentence))")
+    raise Problem("padding_waste", f"the batches need more padding than sorting by length: {numbers}",
+                  example=example, hint="sort the indices by token count, then cut the order into batches")
 
 
 def grade_length_batches(fn: Callable[[Sequence[str], Callable[[str], list[str]], int], Any],
@@ -317,48 +375,14 @@ def grade_length_batches(fn: Callable[[Sequence[str], Callable[[str], list[str]]
     """
     grading = Grading("Batches of similar length")
     sentences = length_batching_sentences()
-    tokenize = str.split
-    lengths = [len(tokenize(s)) for s in sentences]
-    example = (f"{len(sentences)} sentences of {min(lengths)} to {max(lengths)} tokens, batch_size = {batch_size}, "
-               f"tokenize = str.split; the first three:\n" + "\n".join(_shortened(s) for s in sentences[:3]))
+    lengths = [len(TOKENIZE(s)) for s in sentences]
+    example = _batches_example(sentences, lengths, batch_size)
     state: dict[str, list[list[int]]] = {}
-
-    def runs() -> None:
-        result = call(fn, list(sentences), tokenize, batch_size, what="your batching", example=example)
-        try:
-            batches = [[int(i) for i in batch] for batch in result]
-        except (TypeError, ValueError):
-            raise Problem("returns_batches", f"your batching returned {type(result).__name__}, not a list of "
-                          "lists of sentence indices", example=example, hint="return e.g. [[3, 7, 1], [0, 5, 2]]") from None
-        state["batches"] = batches
-
-    def valid() -> None:
-        batches = state["batches"]
-        used = sorted(i for batch in batches for i in batch)
-        if used != list(range(len(sentences))):
-            missing = sorted(set(range(len(sentences))) - set(used))
-            repeated = sorted({i for i in used if used.count(i) > 1})
-            raise Problem("every_sentence_once", f"batches must use each of the {len(sentences)} sentences once "
-                          f"(missing: {missing[:5]}, repeated: {repeated[:5]})", example=example)
-        if max(len(batch) for batch in batches) > batch_size:
-            raise Problem("batch_size", f"a batch holds {max(len(b) for b in batches)} sentences, more than "
-                          f"batch_size = {batch_size}", example=example)
-
-    def little_padding() -> None:
-        waste = pitfalls.padding_waste_by_sort_key(sentences, tokenize, batch_size)
-        mine = padding_waste(state["batches"], lengths)
-        if mine <= waste["tokens"] + 1e-9:
-            return
-        numbers = (f"{mine:.2f} pad tokens per sentence; sorting by tokens needs {waste['tokens']:.2f}, "
-                   f"random batches {waste['random']:.2f}")
-        if abs(mine - waste["characters"]) < 1e-9:
-            raise Problem("sorted_by_characters", f"the batches are sorted by characters, not tokens: {numbers}",
-                          example=example, hint="a batch is padded in tokens: sort by len(tokenize(sentence))")
-        raise Problem("padding_waste", f"the batches need more padding than sorting by length: {numbers}",
-                      example=example, hint="sort the indices by token count, then cut the order into batches")
-
     with grading:
-        grading.check("returns batches of sentence indices", runs, gate=True)
-        grading.check(f"uses every sentence once, at most {batch_size} per batch", valid, gate=True)
-        grading.check("pads no more than sorting by token count (padding counted in tokens)", little_padding)
+        grading.check("returns batches of sentence indices",
+                      partial(_batches_run, fn, sentences, batch_size, example, state), gate=True)
+        grading.check(f"uses every sentence once, at most {batch_size} per batch",
+                      lambda: _batches_valid(state["batches"], len(sentences), batch_size, example), gate=True)
+        grading.check("pads no more than sorting by token count (padding counted in tokens)",
+                      lambda: _little_padding(state["batches"], sentences, lengths, batch_size, example))
     return grading.report
