@@ -1,7 +1,8 @@
 # The two commands of this project (see README.md):
 #   make book   build the website into _build/html, executing every chapter
-#   make test   every check: unit, reference and property tests, every chapter run as on Colab
-#               (tests/test_colab.py), and a headless browser over the built site
+#   make test   every check: every section run as on Colab (tests/test_colab.py), then the unit,
+#               reference and property tests beside the site built from those runs and a headless
+#               browser over it
 # Both create .venv and install everything on first use. A torch already in .venv is kept, so a
 # CPU-only machine can pre-install the CPU build of PyTorch (see README, and .ci/run).
 
@@ -14,7 +15,7 @@ STAMP := $(VENV)/.installed
 # Two pytest workers on two cores: one BLAS thread each, or they fight over the cores.
 PYTEST_WORKERS ?= 2
 
-.PHONY: book test site-test setup checks unit lowest notebooks browser clean
+.PHONY: book site test site-test setup checks colab unit lowest notebooks browser clean
 
 setup: $(STAMP)
 
@@ -26,28 +27,42 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 # -W: warnings are errors; -n: nit-picky (every reference must resolve); --keep-going: report all.
-# A chapter that raises fails the build (nb_execution_raise_on_error in _config.yml).
+# A section that raises fails the build (nb_execution_raise_on_error in _config.yml).
 # One BLAS thread per process: the chapters' models are small, and on a busy 2-core machine extra
 # threads slow them down several times over (OMP_NUM_THREADS can still be set by the caller).
+# `make book` empties the execution cache first, so it executes every section itself.
 book: $(STAMP)
+	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock
+	$(MAKE) --no-print-directory site
+
+# The site, taking each section's outputs from the execution cache (_build/.jupyter_cache) where its
+# code is unchanged, executing the others (_config.yml: execute_notebooks: cache).
+site: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/jupyter-book build . -W -n --keep-going
 
-# Two cores: the site build (it executes every chapter) runs beside the library tests and the
-# Colab-like run of every chapter (one BLAS thread each); the browser test starts once the site is
-# built. -k: a failure does not stop the other checks, so one run reports everything (and fails if
-# anything failed).
+# Each section executes once: the Colab-like run (two at a time) checks it and stores its outputs in
+# the execution cache; then, on the two cores, the site is built from that cache and checked in the
+# browser, beside the library's own tests. A failure does not stop the other checks (one run reports
+# everything, and fails if anything failed).
 test: $(STAMP)
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test checks
+	status=0; \
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory colab || status=$$?; \
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test unit PYTEST_WORKERS=1 || status=$$?; \
+	exit $$status
 
-site-test: book
+site-test: site
 	$(MAKE) --no-print-directory browser
 
-# Everything but the browser test, in one process: library tests, and every chapter executed as a
-# Colab reader runs it (tests/test_colab.py: a runtime without the library, the chapter's own set-up
-# cell installing it from this clone). That test replaces nbmake here: the site build executes every
-# chapter too, and a third execution would only add minutes to CI.
+# Everything but the browser test: every section as a Colab reader runs it, then the library's tests.
 checks: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --doctest-modules transformer_lib tests -m "not browser"
+	status=0; $(MAKE) --no-print-directory colab || status=$$?; $(MAKE) --no-print-directory unit || status=$$?; exit $$status
+
+# Every section executed as a Colab reader runs it (tests/test_colab.py: a runtime without the library,
+# the section's own set-up cell installing it from this clone), each stored in the execution cache
+# for the site build. The cache is emptied first, so the site shows this run's outputs.
+colab: $(STAMP)
+	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) tests/test_colab.py
 
 # The library's tests alone (no chapter executes: tests/test_colab.py is left out).
 unit: $(STAMP)

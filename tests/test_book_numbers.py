@@ -122,3 +122,24 @@ def test_the_scanner_finds_what_it_should(text: str, expected: int) -> None:
                                   "53 minutes instead of 59", "ten of them while the tests"])
 def test_the_history_check_finds_changelog_phrases(text: str) -> None:
     assert HISTORY.search(text)
+
+
+def test_glue_records_what_myst_nb_reads_without_myst_nb() -> None:
+    """``glue`` writes the same hidden output as ``myst_nb.glue(..., display=False)``, without needing
+    myst-nb: the site build reuses the outputs of the Colab-like run, where myst-nb is not installed."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from transformer_lib.book.numbers import GLUE_MIME_PREFIX, glue
+
+    InteractiveShell.instance()
+    with capture_output() as ours:
+        text = glue("pi", 3.14159, ".2f")
+    assert text == "3.14" and repr(text) == "3.14"
+    [record] = ours.outputs
+    assert record.data == {GLUE_MIME_PREFIX + "text/plain": "3.14"}
+    assert record.metadata["scrapbook"] == {"name": "pi", "mime_prefix": GLUE_MIME_PREFIX}
+    myst_nb_glue = pytest.importorskip("myst_nb").glue
+    with capture_output() as theirs:
+        myst_nb_glue("pi", text, display=False)
+    assert (theirs.outputs[0].data, theirs.outputs[0].metadata) == (record.data, record.metadata)

@@ -37,8 +37,14 @@ What the executed sections must show:
 - committed results: the sections that show the committed full Multi30k run (package data,
   ``transformer_lib/book/runs``) print its command and BLEU signature.
 
-``make checks`` runs this file in place of nbmake (the sections execute once there, and once more in
-the site build); ``make notebooks`` still runs nbmake.
+One execution serves the site too. Each section that passes is stored, outputs and all, in the site
+build's execution cache (``_build/.jupyter_cache``, or ``$BOOK_EXECUTION_CACHE``): the notebook as
+committed, with this run's outputs (the set-up cell's cleared: where the library is installed it
+does nothing). ``_config.yml`` builds with ``execute_notebooks: cache``, so ``make test``'s site build
+takes the outputs from there for every section whose code cells are unchanged, and executes only a
+section this run did not store (one that failed here fails there too). ``make book`` empties the
+cache first and executes every section itself. ``make test`` runs this file two sections at a time;
+``make notebooks`` still runs nbmake in the checkout's own environment.
 """
 
 from __future__ import annotations
@@ -74,6 +80,8 @@ SECTIONS = sorted(p.relative_to(ROOT / "book").as_posix() for p in (ROOT / "book
 # The sections that show the shipped model's run, read from its file (its command and signature must appear).
 SHOW_THE_SHIPPED_RUN = ("05_training/08_full_result.ipynb",)
 REPOSITORY = "git+https://github.com/tested-transformer/tested-transformer"
+# The site build's execution cache (myst-nb's default place for `jupyter-book build .`).
+SITE_CACHE = Path(os.environ.get("BOOK_EXECUTION_CACHE") or ROOT / "_build" / ".jupyter_cache")
 # What a fresh Colab runtime ships that the book uses (their own requirements come with them).
 COLAB_SHIPS = ("torch", "numpy", "pandas", "matplotlib", "altair", "spacy", "tqdm", "ipykernel", "ipython", "pip")
 # The library's dependencies Colab lacks: they must come through the set-up cell's pip install.
@@ -250,6 +258,25 @@ def _uncaptioned_figures(cells: list) -> list[str]:
     return found
 
 
+def _store_for_the_site(section: str, executed: Any) -> None:
+    """The section as committed, with this run's outputs, into the site build's execution cache."""
+    from filelock import FileLock
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    committed = nbformat.read(ROOT / "book" / section, as_version=4)
+    assert [cell.cell_type for cell in committed.cells] == [cell.cell_type for cell in executed.cells]
+    for cell, ran in zip(committed.cells, executed.cells):
+        if cell.cell_type == "code":
+            cell.outputs = [] if REPOSITORY in cell.source else ran.outputs  # the set-up cell does nothing there
+            cell.execution_count = ran.get("execution_count")
+    committed.metadata["language_info"] = executed.metadata.get("language_info", {})
+    SITE_CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{SITE_CACHE}.lock"):  # two pytest workers share the cache's database
+        get_cache(SITE_CACHE).cache_notebook_bundle(
+            CacheBundleIn(committed, str(ROOT / "book" / section)), check_validity=False, overwrite=True)
+
+
 @pytest.fixture(scope="module")
 def runtime(colab_view: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One Colab-like runtime for every section: checked to lack the library before the first runs."""
@@ -283,6 +310,7 @@ def test_the_section_runs_in_a_colab_like_runtime(section: str, runtime: dict[st
     assert not reordered, f"{section}: cells {reordered} print after they displayed something; print first, display last"
     uncaptioned = _uncaptioned_figures(notebook.cells)
     assert not uncaptioned, f"{section}: figures without a caption (cell metadata mystnb.figure.caption) in {uncaptioned}"
+    _store_for_the_site(section, notebook)
     if section in SHOW_THE_SHIPPED_RUN:
         from transformer_lib import pretrained
 

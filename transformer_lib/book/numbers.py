@@ -8,15 +8,16 @@ the name with the ``{glue}`` role, so the built page shows what this build measu
 
 ``tests/test_book_numbers.py`` fails on a measured-looking number typed into prose (BLEU, times,
 percentages, ratios, parameter counts, sizes) that is neither glued nor a quotation listed in
-``book/quoted_numbers.yml`` with its source. Where myst-nb is not installed (Colab), ``glue`` only
-returns the text: the page's role then shows its name.
+``book/quoted_numbers.yml`` with its source. The record is made without myst-nb, so a section run
+where myst-nb is not installed (Colab, the Colab-like test whose outputs the site build reuses)
+records its numbers too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Text", "glue"]
+__all__ = ["GLUE_MIME_PREFIX", "Text", "glue"]
 
 
 class Text(str):
@@ -26,13 +27,28 @@ class Text(str):
         return str(self)
 
 
+# myst-nb's glue records (papermill's scrapbook format): the site reads glued values from these outputs.
+GLUE_MIME_PREFIX = "application/papermill.record/"
+
+
 def glue(name: str, value: Any, spec: str = "") -> Text:
     """Format ``value`` with ``spec`` (``".1f"``, ``",d"``, ...) and glue it under ``name``, hidden
-    where it is made; returns the text so the cell can use it too."""
+    where it is made; returns the text so the cell can use it too.
+
+    The record is what ``myst_nb.glue(name, text, display=False)`` writes (a display output of
+    :data:`GLUE_MIME_PREFIX` types, which Jupyter front ends do not show), made here so that a
+    runtime without myst-nb (Colab, the Colab-like test whose outputs the site reuses) records it
+    too. Outside IPython there is nothing to record into.
+    """
     text = Text(format(value, spec))
     try:
-        from myst_nb import glue as myst_glue
-    except ImportError:  # Colab: no book build, nothing to glue into
+        from IPython import get_ipython
+        from IPython.core.formatters import format_display_data
+        from IPython.display import display
+    except ImportError:
         return text
-    myst_glue(name, text, display=False)
+    if get_ipython() is not None:
+        bundle, metadata = format_display_data(text)
+        metadata["scrapbook"] = {"name": name, "mime_prefix": GLUE_MIME_PREFIX}
+        display({GLUE_MIME_PREFIX + key: value for key, value in bundle.items()}, raw=True, metadata=metadata)
     return text
