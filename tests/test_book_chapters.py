@@ -58,3 +58,26 @@ def test_both_caption_models_share_one_size(profile: str, layers: int, steps: in
     monkeypatch.setenv(PROFILE_ENV, profile)
     size = beyond.caption_model_size()
     assert (size["n_layers"], size["steps"]) == (layers, steps)
+
+
+def test_accumulated_micro_batches_match_one_batch_within_rounding_and_the_check_can_fail() -> None:
+    """Chapter 5.10's check: three uneven micro-batches give the gradient of their union within the
+    float32 bound; with dropout on (different masks in the two runs) the same check fails."""
+    import torch
+
+    from transformer_lib.book.chapters.training import accumulation_gap
+    from transformer_lib.config import TransformerConfig
+    from transformer_lib.model import Transformer
+
+    pairs = [([4 + (i * j) % 20 for j in range(1 + i % 7)], [5 + (i + j) % 20 for j in range(2 + i % 5)]) for i in range(24)]
+
+    def model(dropout: float):
+        def make():
+            torch.manual_seed(0)
+            return Transformer(TransformerConfig.from_preset("tiny", src_vocab_size=30, tgt_vocab_size=30, dropout=dropout))
+        return make
+
+    exact = accumulation_gap(model(0.0), [pairs[:3], pairs[3:10], pairs[10:]])
+    assert exact["gap"] <= exact["bound"] and exact["micro_batches"] == 3
+    noisy = accumulation_gap(model(0.3), [pairs[:3], pairs[3:10], pairs[10:]])
+    assert noisy["gap"] > noisy["bound"]

@@ -16,7 +16,7 @@ from transformer_lib.toy_tasks import toy_task, toy_vocab
 from transformer_lib.cli.profiles import DEFAULTS
 from transformer_lib.vocab import Vocab
 
-__all__ = ["ReverseTask", "full_recipe_run", "multi30k_words", "reverse_task", "shipped_run"]
+__all__ = ["ReverseTask", "accumulation_gap", "batch_costs", "full_recipe_run", "multi30k_words", "reverse_task", "shipped_run"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +80,44 @@ def full_recipe_run() -> tuple[dict[str, Any], Path]:
     folder = cached("multi30k-full-recipe", {"profile": "full"}, run)
     metrics = json.loads((folder / "metrics.json").read_text())
     return metrics, folder / metrics["selection"]["checkpoint"]
+
+
+def batch_costs(data: Any, loader: Any) -> Any:
+    """Each batch of ``loader`` over ``data``: its sentence pairs and its padded size in tokens,
+    ``pairs * (longest + 1)`` on the longer side (what memory and compute pay for, ``<bos>``/``<eos>``
+    included; :class:`~transformer_lib.batching.TokenBatchSampler` counts the same way)."""
+    import pandas as pd
+
+    sizes = [max(s, t) + 1 for s, t in zip(data.src_lengths, data.tgt_lengths)]
+    rows = [(len(batch), len(batch) * max(sizes[i] for i in batch)) for batch in loader.batch_sampler]
+    return pd.DataFrame(rows, columns=["pairs", "padded tokens"])
+
+
+def accumulation_gap(make_model: Any, parts: list[list[tuple[list[int], list[int]]]]) -> dict[str, float]:
+    """One update on all of ``parts`` (lists of ``(src_ids, tgt_ids)`` pairs) as one batch, against one
+    update that accumulates them as micro-batches (``TrainConfig(batches_per_update=len(parts))``).
+
+    Returns the largest difference of any gradient entry over the largest gradient entry (``gap``),
+    and the float32 rounding bound they must agree within (``bound``): each entry is a sum over the
+    batch's target tokens, through sums of at most ``d_ff`` terms, added in another order, so within
+    ``2 * 2 * n * u`` of its scale twice over, ``n`` the larger of the two (Higham 2002, section 4.2).
+    ``make_model()`` must build the same weights at each call."""
+    import torch
+
+    from transformer_lib.batching import collate
+    from transformer_lib.trainer import TrainConfig, Trainer
+
+    micro = [collate(pairs) for pairs in parts]
+    whole = collate([pair for pairs in parts for pair in pairs])
+    gradients = []
+    for batches in ([whole], micro):
+        model = make_model()
+        config = TrainConfig(epochs=None, max_steps=1, schedule="constant", lr=1e-3, warmup_steps=1, clip_norm=None,
+                             amp="off", progress=False, log_every=1, batches_per_update=len(batches))
+        Trainer(model, batches, config, device="cpu").train_step(*batches)
+        gradients.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    one, accumulated = gradients
+    terms = max(whole.n_tokens, model.config.d_ff)
+    u = torch.finfo(torch.float32).eps / 2
+    return {"gap": float((accumulated - one).abs().max() / one.abs().max()), "bound": 2 * 2 * 2 * terms * u,
+            "micro_batches": len(micro), "target_tokens": whole.n_tokens}
