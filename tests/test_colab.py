@@ -238,8 +238,17 @@ def _text_of(cells: list) -> str:
 def _prints_after_a_display(cell: Any) -> bool:
     """A stream output after a displayed one: the site would show them in another order."""
     kinds = [output["output_type"] for output in cell.get("outputs", [])]
-    shown = [i for i, kind in enumerate(kinds) if kind in ("display_data", "execute_result")]
+    shown = [i for i, (kind, output) in enumerate(zip(kinds, cell.get("outputs", [])))
+             if kind in ("display_data", "execute_result") and not _is_glue_record(output)]
     return bool(shown) and any(kind == "stream" for kind in kinds[shown[0]:])
+
+
+def _is_glue_record(output: Any) -> bool:
+    """A number glued for the prose (transformer_lib.book.numbers.glue): an output no page shows."""
+    from transformer_lib.book.numbers import GLUE_MIME_PREFIX
+
+    data = output.get("data", {})
+    return bool(data) and all(key.startswith(GLUE_MIME_PREFIX) for key in data)
 
 
 def _is_figure(output: Any) -> bool:
