@@ -22,6 +22,7 @@ from transformer_lib.book.experiment import (
     full_profile_cost,
     profile_line,
 )
+from transformer_lib.book.modern import VARIANTS
 from transformer_lib.masked_lm import EncoderOnlyTransformer
 from transformer_lib.config import TransformerConfig
 from transformer_lib.model import DecoderOnlyTransformer, Transformer
@@ -78,6 +79,11 @@ RECOUNTED = {
     "a masked-word encoder (4 layers, d_model 128)": lambda: _step_flops(EncoderOnlyTransformer(TransformerConfig.encoder_only(
         "tiny", vocab_size=5894, positional="rope", max_len=64, n_encoder_layers=4, d_model=128, d_ff=512,
         dropout=0.1)), torch.randint(5, 5894, (64, 14))),
+    # section 7.9: the reverse task's batches of 64, padded to at most 9 (8 symbols and <eos>), one
+    # model per option (transformer_lib.book.modern.VARIANTS), their mean
+    "15 reverse-task models (tiny preset)": lambda: sum(_encoder_decoder(TransformerConfig.from_preset(
+        "tiny", src_vocab_size=14, tgt_vocab_size=14, dropout=0.0, **options), 64, 9, 9)
+        for options in VARIANTS.values()) / len(VARIANTS),
 }
 
 

@@ -7,6 +7,8 @@
     artifacts   a trained model's translations, samples and attention weights, committed as JSON
                 (``python -m transformer_lib.book.artifacts``; chapters 5 and 6 show them)
     measure     the memory probe of chapter 7 and the benchmarks
+    modern      section 7.9: the key/value cache read while decoding, and the options current
+                models use (RMSNorm, SwiGLU, GQA, QK-norm) trained side by side
     layer_costs the paper's Table 1 counted and timed: attention, GRU, convolution (chapter 1)
     figures     what every chapter's figures share: the architecture map, loss curves, helpers
     attention_figures, masking_figures, embedding_figures, block_figures, training_figures,
