@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -288,12 +287,32 @@ def _copy_executed_notebooks(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
     executed = Path(app.outdir).parent / "jupyter_execute"
+    cache = Path(app.config.nb_execution_cache_path or Path(app.outdir).parent / ".jupyter_cache")
     for docname in sorted(app.env.found_docs):
         notebook = executed / f"{docname}.ipynb"
         if str(app.env.doc2path(docname)).endswith(".ipynb") and notebook.is_file():
             target = Path(app.outdir) / executed_name(docname)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(notebook, target)
+            target.write_text(with_outputs(notebook, cache), encoding="utf-8")
+
+
+def with_outputs(notebook: Path, cache: Path) -> str:
+    """The notebook myst-nb wrote to ``jupyter_execute``, with its outputs. Where they came from the
+    execution cache (``execute_notebooks: cache``), myst-nb writes the notebook as it read it, without
+    them: they are merged back from the cache here."""
+    import nbformat
+
+    text = notebook.read_text(encoding="utf-8")
+    read = nbformat.reads(text, as_version=4)
+    if any(cell.get("outputs") for cell in read.cells) or not cache.is_dir():
+        return text
+    from jupyter_cache import get_cache
+
+    try:
+        _, merged = get_cache(cache).merge_match_into_notebook(read)
+    except KeyError:  # not in the cache: the notebook has no outputs to offer
+        return text
+    return nbformat.writes(merged)
 
 
 SECTIONS_EXTENSION = Path(__file__).resolve().parent.parent / "book" / "_ext" / "book_sections.py"

@@ -115,3 +115,27 @@ def test_the_chapters_extension_is_loaded_when_the_book_has_it(book_site: Any, t
     (tmp_path / "book_sections.py").write_text("def setup(app):\n    return {}\n", encoding="utf-8")
     book_site._load_sections_extension(app)
     assert app.loaded == ["book_sections"]
+
+
+def test_the_executed_download_takes_its_outputs_from_the_execution_cache(book_site: Any, tmp_path: Path) -> None:
+    """With execute_notebooks: cache, myst-nb writes a cached notebook to jupyter_execute without its
+    outputs; the download offered is the notebook with the cache's outputs and execution counts."""
+    nbformat = pytest.importorskip("nbformat")
+    jupyter_cache = pytest.importorskip("jupyter_cache")
+    from jupyter_cache.base import CacheBundleIn
+
+    source = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A"), nbformat.v4.new_code_cell("1 + 1")])
+    source.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    written = tmp_path / "page.ipynb"
+    nbformat.write(source, written)
+    cache = tmp_path / "cache"
+    assert book_site.with_outputs(written, cache) == written.read_text(encoding="utf-8")  # no cache: as written
+    ran = nbformat.reads(written.read_text(encoding="utf-8"), as_version=4)
+    ran.cells[1].outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)]
+    ran.cells[1].execution_count = 1
+    jupyter_cache.get_cache(cache).cache_notebook_bundle(CacheBundleIn(ran, str(written)), check_validity=False)
+    merged = nbformat.reads(book_site.with_outputs(written, cache), as_version=4)
+    assert merged.cells[1].execution_count == 1 and merged.cells[1].outputs[0]["data"] == {"text/plain": "2"}
+    source.cells[1].source = "2 + 2"  # other code: the cache has nothing for it
+    nbformat.write(source, written)
+    assert book_site.with_outputs(written, cache) == written.read_text(encoding="utf-8")
