@@ -102,7 +102,7 @@ def seed_chart(table: Any, title: str = "") -> Any:
     y = alt.Y("recipe:N", sort=order, title=None, axis=alt.Axis(labelLimit=200))
     dots = alt.Chart(long).mark_circle(size=70, opacity=0.8).encode(
         y=y, x=alt.X("val BLEU:Q", title="validation BLEU (greedy, cased)", scale=alt.Scale(zero=False)),
-        color=alt.Color("seed:N", legend=alt.Legend(orient="bottom")),
+        color=alt.Color("seed:N", legend=None),  # the tooltip names the seed; a legend would not fit a phone
         tooltip=["recipe", "seed", alt.Tooltip("val BLEU:Q", format=".2f")])
     means = alt.Chart(table.reset_index()).mark_tick(thickness=2, size=18, color="black").encode(
         y=y, x="mean:Q", tooltip=["recipe", alt.Tooltip("mean:Q", format=".2f")])
