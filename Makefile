@@ -62,11 +62,11 @@ checks: $(STAMP)
 # for the site build. The cache is emptied first, so the site shows this run's outputs.
 colab: $(STAMP)
 	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) tests/test_colab.py
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=15 tests/test_colab.py
 
 # The library's tests alone (no chapter executes: tests/test_colab.py is left out).
 unit: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --doctest-modules transformer_lib tests -m "not browser" \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=25 --doctest-modules transformer_lib tests -m "not browser" \
 	  --ignore=tests/test_colab.py
 
 # The library's unit tests at the lowest versions pyproject.toml declares (requirements-lowest.txt pins
