@@ -214,6 +214,8 @@ def test_a_listing_is_html_in_the_sites_own_colours_and_marks_the_elision() -> N
     page = listing._repr_html_()
     assert 'class="tt-source' in page and '<div class="highlight"><pre>' in page
     assert 'class="c1 tt-elided"' in page  # the elision stands out (site.css)
+    # it names where its code lives (the website shows it without the show_source call)
+    assert '<div class="tt-source-name">from <code>transformer_lib.decoding.greedy_decode</code></div>' in page
     # its own colours apply only off the website (no data-theme on <html>), never in dark mode
     assert all(rule.strip().startswith("html:not([data-theme])") for rule in re.findall(r"([^{}]+)\{", page.split("</style>")[0].split("<style>")[1]))
     assert repr(listing) == listing.data

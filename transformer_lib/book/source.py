@@ -217,8 +217,9 @@ class Listing:
 
     CSS_CLASS = "tt-source"
 
-    def __init__(self, code: str) -> None:
+    def __init__(self, code: str, name: str | None = None) -> None:
         self.data = code
+        self.name = name  # where the code lives, e.g. "transformer_lib.blocks.FeedForward"
 
     def __repr__(self) -> str:
         return self.data
@@ -239,8 +240,11 @@ class Listing:
             indent = len(source) - len(source.lstrip(" "))
             lines.append(f'<span class="tt-line" style="--tt-indent:{indent}">{marked}\n</span>')
         body = "".join(lines)
+        # The listing says where its code lives: the website shows it without the call that made it.
+        caption = (f'<div class="tt-source-name">from <code>{html.escape(self.name)}</code></div>'
+                   if self.name else "")
         return (f"<style>{_notebook_css()}</style>"
-                f'<div class="{self.CSS_CLASS} highlight-python notranslate"><div class="highlight">'
+                f'<div class="{self.CSS_CLASS} highlight-python notranslate">{caption}<div class="highlight">'
                 f"<pre>{body}</pre></div></div>")
 
 
@@ -259,4 +263,14 @@ def show_source(obj: Any, docstring: bool = False, validation: bool = False) -> 
     Returns a :class:`Listing` (the notebook displays it as a cell's value); see :func:`source_text`
     for the arguments. ``show_source(f, validation=True)`` shows the checks of the arguments too.
     """
-    return Listing(source_text(obj, docstring=docstring, validation=validation))
+    return Listing(source_text(obj, docstring=docstring, validation=validation), name=_qualified_name(obj))
+
+
+def _qualified_name(obj: Any) -> str | None:
+    """``transformer_lib.blocks.FeedForward.forward`` for a function, method, class or module."""
+    target = inspect.unwrap(obj) if callable(obj) else obj
+    qualname = getattr(target, "__qualname__", None)
+    module = getattr(target, "__module__", None) or getattr(target, "__name__", None)
+    if inspect.ismodule(target):
+        return target.__name__
+    return f"{module}.{qualname}" if module and qualname else None
