@@ -11,7 +11,8 @@ Sphinx bug, see ``_drop_repeated_inline_scripts``):
    live charts are set in the letters of the matplotlib figures (``transformer_lib.book.style``).
 3. Labels the Colab set-up cell (the code cell that ``%pip install``-s transformer_lib from the
    repository; every chapter opens with the same one): a note above it says what it is, so readers of
-   the website know why a chapter starts with an install. Chapters need no tag or metadata for this.
+   the website know why a chapter starts with an install, and its install lines are collapsed behind
+   a bar ("Show the install cell"). Chapters need no tag or metadata for this.
 4. Makes hidden cells' bars say what they hide (``TOGGLE_LABELS``: "Show the check", "Show the
    solution", "Show the code"), from the cell's tags; a cell's own ``mystnb.code_prompt_show`` wins.
 5. Numbers every figure that has a caption (myst-nb's ``mystnb.figure`` cell metadata; altair charts
@@ -180,10 +181,27 @@ def is_setup_cell(cell: nodes.Element) -> bool:
     return False
 
 
+def _collapse_setup_input(cell: nodes.Element) -> None:
+    """Put the set-up cell's install lines behind a bar, as every other piece of machinery is: the
+    note above says what the cell does, and the section starts with its own subject."""
+    from myst_nb.sphinx_ import HideCodeCellNode
+
+    for part in list(cell.children):
+        if isinstance(part, HideCodeCellNode):
+            return  # already hidden by its own tags
+        if "cell_input" in part.get("classes", []):
+            bar = HideCodeCellNode(prompt_show="Show the install cell", prompt_hide="Hide the install cell")
+            bar["classes"].extend(["above-input", "tt-hides-install"])
+            cell.replace(part, bar)
+            bar.append(part)
+            return
+
+
 def _on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     for cell in list(doctree.findall(nodes.container)):
         if is_setup_cell(cell):
             cell["classes"].append(SETUP_CLASS)
+            _collapse_setup_input(cell)
             cell.insert(0, _setup_note())
 
 

@@ -70,6 +70,22 @@ def test_the_bars_of_hidden_cells_are_relabelled_unless_the_cell_sets_its_own(bo
     assert own_bar["prompt_show"] == "Show code cell {type}"  # the cell's own label is myst-nb's to apply
 
 
+def test_the_colab_set_up_cell_gets_its_note_and_its_install_lines_collapsed(book_site: Any) -> None:
+    from myst_nb.sphinx_ import HideCodeCellNode
+
+    document = _document()
+    code = '%pip install --quiet "tested-transformer[book] @ git+https://example.org/repo@v1"'
+    cell = nodes.container(classes=["cell"], nb_element="cell_code")
+    cell += nodes.container("", nodes.literal_block(code, code), classes=["cell_input"])
+    cell += nodes.container(classes=["cell_output"])
+    document += cell
+    book_site._on_doctree_resolved(None, document, "book/x")
+    note, bar, output = cell.children
+    assert "tt-colab-setup-note" in note["classes"] and book_site.SETUP_CLASS in cell["classes"]
+    assert isinstance(bar, HideCodeCellNode) and bar["prompt_show"] == "Show the install cell"
+    assert "cell_input" in bar.children[0]["classes"] and "cell_output" in output["classes"]
+
+
 def test_every_captioned_figure_gets_an_id_so_that_sphinx_numbers_it(book_site: Any) -> None:
     document = _document()
     named = nodes.figure("", nodes.image(uri="a.png"), nodes.caption("", "Named."), ids=["fig-named"])

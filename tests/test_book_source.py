@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from transformer_lib.book.source import show_source, source_text
+from transformer_lib.book.source import show_source, source_text, split_class
 
 from library_names import resolve
 
@@ -214,9 +214,27 @@ def test_a_listing_is_html_in_the_sites_own_colours_and_marks_the_elision() -> N
     page = listing._repr_html_()
     assert 'class="tt-source' in page and '<div class="highlight"><pre>' in page
     assert 'class="c1 tt-elided"' in page  # the elision stands out (site.css)
+    # it names where its code lives (the website shows it without the show_source call)
+    assert '<div class="tt-source-name">from <code>transformer_lib.decoding.greedy_decode</code></div>' in page
     # its own colours apply only off the website (no data-theme on <html>), never in dark mode
     assert all(rule.strip().startswith("html:not([data-theme])") for rule in re.findall(r"([^{}]+)\{", page.split("</style>")[0].split("<style>")[1]))
     assert repr(listing) == listing.data
+
+
+def test_a_class_shown_by_its_methods_keeps_the_rest_one_click_away() -> None:
+    from transformer_lib.blocks import EncoderLayer
+
+    shown, rest, names = split_class(source_text(EncoderLayer), ("forward",))
+    assert names == ["__init__"]
+    for part in (shown, rest):  # each half is Python of its own, with the class line
+        assert isinstance(ast.parse(part).body[0], ast.ClassDef)
+    assert "def forward(" in shown and "def __init__(" not in shown and 'Show the rest of EncoderLayer' in shown
+    assert "def __init__(" in rest and "def forward(" not in rest
+    page = show_source(EncoderLayer, methods=["forward"])._repr_html_()
+    assert '<details class="tt-source-rest"><summary>Show the rest of EncoderLayer (__init__)</summary>' in page
+    assert show_source(EncoderLayer, methods=["forward"]).data == source_text(EncoderLayer)  # plain text: all of it
+    with pytest.raises(ValueError, match="'backward'"):
+        show_source(EncoderLayer, methods=["backward"])
 
 
 def _code_only(tree: ast.AST) -> str:

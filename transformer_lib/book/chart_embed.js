@@ -37,10 +37,13 @@
   }
   // A chart fits its column: on a narrow screen a single view is redrawn narrower (its title wrapped
   // onto lines, its legend below), and a chart that still does not fit (a concatenation, a facet) is
-  // scaled down to the column. "data-tt-room" records the width it was fitted to.
+  // scaled down to the column; text drawn past the plot's edge is kept in the drawing (fit()).
+  // "data-tt-room" records the width it was fitted to.
   var ACTIONS_PAD = 38;  // vega-embed's padding for its "..." menu
   function single(s) {
-    return !(s.facet || s.concat || s.hconcat || s.vconcat || s.repeat) && !!(s.mark || s.layer);
+    var e = s.encoding || {};  // a chart faceted by its encoding (altair's column=/row=) is a facet
+    return !(s.facet || s.concat || s.hconcat || s.vconcat || s.repeat || e.facet || e.column || e.row)
+      && !!(s.mark || s.layer);
   }
   function titleFont(s, obj) {
     var t = (s.config && s.config.title) || {};
@@ -70,15 +73,65 @@
     copy.config = config;
     return copy;
   }
-  var live = null, view = null, shown = null, fitted = null;
+  var live = null, view = null, shown = null, fitted = null, shift = null;
   function tooWide() {
     return live.scrollWidth > box.clientWidth + 1;
   }
+  function drawing() {
+    return live && live.querySelector("svg.marks");
+  }
+  // Vega sizes its SVG to the view, its axes and legends, but not to text marks drawn past the plot
+  // (a label at a line's end): those stick out of the SVG, which cuts them. How far, in CSS px:
+  function overhang() {
+    var svg = drawing(), o = {left: 0, right: 0};
+    if (!svg) return o;
+    var edge = svg.getBoundingClientRect();
+    Array.prototype.forEach.call(svg.querySelectorAll("text"), function (t) {
+      var b = t.getBoundingClientRect();
+      if (!b.width) return;
+      o.left = Math.max(o.left, Math.ceil(edge.left - b.left));
+      o.right = Math.max(o.right, Math.ceil(b.right - edge.right));
+    });
+    return o;
+  }
+  // ... and the SVG widened (its viewBox with it) to show them; again after Vega resizes its view.
+  function reveal(o) {
+    var svg = drawing();
+    shift = o;
+    if (!svg || o.left + o.right < 1 || !svg.viewBox || !svg.viewBox.baseVal) return;
+    var vb = svg.viewBox.baseVal, width = parseFloat(svg.getAttribute("width")) || vb.width;
+    var unit = vb.width / (svg.getBoundingClientRect().width || vb.width);  // user units per px
+    var left = o.left * unit, right = o.right * unit;
+    svg.setAttribute("width", String(width + left + right));
+    svg.setAttribute("viewBox", [vb.x - left, vb.y, vb.width + left + right, vb.height].join(" "));
+  }
   function embed(s, opts) {
     if (view) view.finalize();
+    shift = null;
     return window.vegaEmbed(live, s, opts).then(function (result) {
       view = result.view;
       box.ttView = view;  // for tests and the curious: the live Vega view
+      view.addResizeListener(function () {
+        if (shift) requestAnimationFrame(function () { reveal(shift); });
+      });
+    });
+  }
+  // Fit the chart just drawn to `room`: text that sticks out shown, then a single view redrawn
+  // narrower (by what still sticks out, if anything), then whatever is still too wide scaled down.
+  function fit(first, opts, room) {
+    var o = overhang();
+    reveal(o);
+    if (!tooWide()) return Promise.resolve();
+    if (!single(spec)) {
+      box.classList.add("tt-altair-scaled");  // site.css scales the drawing to the column
+      return Promise.resolve();
+    }
+    return embed(narrowed(first, room), opts).then(function () {
+      var o = overhang();
+      if (o.left + o.right < 1) return null;
+      return embed(narrowed(first, room - o.left - o.right), opts).then(function () { reveal(overhang()); });
+    }).then(function () {
+      if (tooWide()) box.classList.add("tt-altair-scaled");
     });
   }
   function draw(force) {
@@ -98,10 +151,7 @@
     var first = wrapTitle(forTheme(spec, dark), room);
     box.classList.remove("tt-altair-scaled");
     return embed(first, opts).then(function () {
-      if (!room || !tooWide()) return null;
-      return (single(spec) ? embed(narrowed(first, room), opts) : Promise.resolve()).then(function () {
-        if (tooWide()) box.classList.add("tt-altair-scaled");  // site.css scales the drawing to the column
-      });
+      return room ? fit(first, opts, room) : null;
     }).then(function () {
       shown = dark;
       fitted = width;

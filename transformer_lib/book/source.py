@@ -28,7 +28,7 @@ import re
 import textwrap
 from typing import Any
 
-__all__ = ["ELISION", "Listing", "source_text", "show_source"]
+__all__ = ["ELISION", "Listing", "source_text", "show_source", "split_class"]
 
 ELISION = "# ... checks of the arguments (show_source(..., validation=True))"
 """The comment that replaces each run of argument checks in a listing."""
@@ -206,6 +206,47 @@ def source_text(obj: Any, docstring: bool = False, validation: bool = False) -> 
     return code
 
 
+def split_class(code: str, methods: tuple[str, ...]) -> tuple[str, str, list[str]]:
+    """A class's listing in two: ``(shown, rest, rest's names)``. ``shown`` is the class line and the
+    ``methods`` named (the computation the text is about), with a comment where the rest was;
+    ``rest`` is the class line and everything else in its body, each as valid Python.
+
+    Raises:
+        ValueError: ``code`` is not one class, or it has no method of a name in ``methods``.
+    """
+    tree = ast.parse(code)
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.ClassDef):
+        raise ValueError("show_source(..., methods=...) is for a class")
+    cls = tree.body[0]
+    lines = code.splitlines()
+    first = cls.body[0]
+    body_start = (first.decorator_list[0].lineno if getattr(first, "decorator_list", None) else first.lineno) - 1
+    header, spans, start = lines[:body_start], [], body_start
+    for stmt in cls.body:  # each statement with the blank and comment lines above it
+        spans.append((stmt, lines[start:stmt.end_lineno]))
+        start = stmt.end_lineno
+    def named(stmt: ast.stmt) -> str | None:
+        return stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    unknown = set(methods) - {named(stmt) for stmt, _ in spans}
+    if unknown:
+        raise ValueError(f"{cls.name} has no method {sorted(unknown)[0]!r} to show")
+    kept = [part for stmt, part in spans if named(stmt) in methods]
+    rest = [part for stmt, part in spans if named(stmt) not in methods]
+    rest_names = [named(stmt) or ast.unparse(stmt).split("=")[0].strip() for stmt, _ in spans if named(stmt) not in methods]
+    indent = " " * (first.col_offset)
+    note = f"{indent}# ... {', '.join(rest_names)}: under \"Show the rest of {cls.name}\""
+    def joined(parts: list[list[str]]) -> list[str]:  # one blank line between two parts
+        out: list[str] = []
+        for part in parts:
+            while part and not part[0].strip():
+                part = part[1:]
+            out.extend(([""] if out else []) + part)
+        return out
+    shown_lines = header + ([note, ""] if rest else []) + joined(kept)
+    rest_lines = header + joined(rest)
+    return "\n".join(shown_lines).rstrip() + "\n", "\n".join(rest_lines).rstrip() + "\n", rest_names
+
+
 class Listing:
     """Library source as a notebook output: highlighted HTML, and the code as plain text.
 
@@ -217,31 +258,49 @@ class Listing:
 
     CSS_CLASS = "tt-source"
 
-    def __init__(self, code: str) -> None:
+    def __init__(self, code: str, name: str | None = None, methods: tuple[str, ...] = ()) -> None:
         self.data = code
+        self.name = name  # where the code lives, e.g. "transformer_lib.blocks.FeedForward"
+        self.methods = tuple(methods)  # a class shown by these methods, the rest behind a toggle
+        if self.methods:
+            split_class(code, self.methods)  # refuses a name the class does not have, now
 
     def __repr__(self) -> str:
         return self.data
 
     def _repr_html_(self) -> str:
+        if not self.methods:
+            block = self._block(self.data)
+        else:  # the methods the text is about; the rest of the class behind a toggle
+            shown, rest, names = split_class(self.data, self.methods)
+            cls = self.name.rsplit(".", 1)[-1] if self.name else "the class"
+            block = self._block(shown) + (
+                f'<details class="tt-source-rest"><summary>Show the rest of {html.escape(cls)} '
+                f"({html.escape(', '.join(names))})</summary>{self._block(rest)}</details>" if names else "")
+        # The listing says where its code lives: the website shows it without the call that made it.
+        caption = (f'<div class="tt-source-name">from <code>{html.escape(self.name)}</code></div>'
+                   if self.name else "")
+        return (f"<style>{_notebook_css()}</style>"
+                f'<div class="{self.CSS_CLASS} highlight-python notranslate">{caption}{block}</div>')
+
+    @staticmethod
+    def _block(code: str) -> str:
         from pygments import highlight
         from pygments.formatters import HtmlFormatter
         from pygments.lexers import PythonLexer
 
-        body = highlight(self.data, PythonLexer(), HtmlFormatter(nowrap=True))
+        body = highlight(code, PythonLexer(), HtmlFormatter(nowrap=True))
         elision = html.escape(ELISION, quote=False)
         body = body.replace(f'<span class="c1">{elision}</span>', f'<span class="c1 tt-elided">{elision}</span>')
         # One span per line (Pygments closes its spans at each line's end), with the line's indent:
         # where the page wraps code (print), a long line's continuation hangs under its own indent
         # instead of going back to column 0 (site.css).
         lines = []
-        for source, marked in zip(self.data.splitlines(), body.splitlines()):
+        for source, marked in zip(code.splitlines(), body.splitlines()):
             indent = len(source) - len(source.lstrip(" "))
             lines.append(f'<span class="tt-line" style="--tt-indent:{indent}">{marked}\n</span>')
-        body = "".join(lines)
-        return (f"<style>{_notebook_css()}</style>"
-                f'<div class="{self.CSS_CLASS} highlight-python notranslate"><div class="highlight">'
-                f"<pre>{body}</pre></div></div>")
+        return f'<div class="highlight"><pre>{"".join(lines)}</pre></div>'
+
 
 
 def _notebook_css() -> str:
@@ -253,10 +312,24 @@ def _notebook_css() -> str:
     return " ".join(rule for rule in rules if rule.startswith(scope))
 
 
-def show_source(obj: Any, docstring: bool = False, validation: bool = False) -> Listing:
+def show_source(obj: Any, docstring: bool = False, validation: bool = False,
+                methods: tuple[str, ...] = ()) -> Listing:
     """Display the source of a ``transformer_lib`` object, highlighted, without docstrings or checks.
 
     Returns a :class:`Listing` (the notebook displays it as a cell's value); see :func:`source_text`
-    for the arguments. ``show_source(f, validation=True)`` shows the checks of the arguments too.
+    for ``docstring`` and ``validation``. ``show_source(f, validation=True)`` shows the checks of the
+    arguments too. ``methods``, for a class: the methods the text is about, shown in the class; the
+    rest of the class (its constructor, say) is one click away, behind a toggle that names it.
     """
-    return Listing(source_text(obj, docstring=docstring, validation=validation))
+    return Listing(source_text(obj, docstring=docstring, validation=validation), name=_qualified_name(obj),
+                   methods=tuple(methods))
+
+
+def _qualified_name(obj: Any) -> str | None:
+    """``transformer_lib.blocks.FeedForward.forward`` for a function, method, class or module."""
+    target = inspect.unwrap(obj) if callable(obj) else obj
+    qualname = getattr(target, "__qualname__", None)
+    module = getattr(target, "__module__", None) or getattr(target, "__name__", None)
+    if inspect.ismodule(target):
+        return target.__name__
+    return f"{module}.{qualname}" if module and qualname else None

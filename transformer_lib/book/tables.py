@@ -24,7 +24,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Table", "format_table", "show_table", "table_html"]
+__all__ = ["Table", "format_table", "shape_table", "show_table", "table_html"]
 
 MISSING = "\u2013"  # en dash
 
@@ -203,3 +203,33 @@ def show_table(
     headers, rows, numeric = format_table(df, units=units, decimals=decimals, names=names, index=index,
                                           booleans=booleans)
     return Table(headers, rows, numeric, caption, collapsed)
+
+
+def shape_table(steps: Sequence[Sequence[Any]], *, dtype: bool = False, caption: str | None = None) -> Table:
+    """The shapes a computation goes through, as a table: one row per step, its name, its shape, and
+    (where a step gives them) the shape's letters (``"(B, T, D)"``), and the dtype if ``dtype``.
+
+    Args:
+        steps: ``(name, tensor)`` or ``(name, tensor, letters)`` per step, in order.
+        dtype: add a column with each tensor's dtype.
+        caption: a line above the table.
+
+    Example:
+        >>> import torch
+        >>> print(repr(shape_table([("x", torch.zeros(2, 3), "(B, D)")])))
+        step  shape   letters
+        ----  ------  -------
+        x     (2, 3)  (B, D)
+    """
+    with_letters = any(len(step) > 2 for step in steps)
+    headers = ["step", "shape"] + (["letters"] if with_letters else []) + (["dtype"] if dtype else [])
+    rows = []
+    for step in steps:
+        name, tensor = step[0], step[1]
+        row = [str(name), str(tuple(tensor.shape))]
+        if with_letters:
+            row.append(str(step[2]) if len(step) > 2 else "")
+        if dtype:
+            row.append(str(tensor.dtype).removeprefix("torch."))
+        rows.append(row)
+    return Table(headers, rows, [False] * len(headers), caption)
