@@ -117,7 +117,8 @@ def test_one_version_everywhere_and_a_name_of_our_own() -> None:
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "transformer_lib.__version__"}
     assert pyproject["project"]["name"] == transformer_lib.__project__ == "tested-transformer"
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
-    assert re.search(r"^## \[(.+?)\]", changelog, re.M).group(1) == transformer_lib.__version__, "the newest entry"
+    released = [v for v in re.findall(r"^## \[(.+?)\]", changelog, re.M) if v != "Unreleased"]  # Keep a Changelog
+    assert released[0] == transformer_lib.__version__, "the newest released entry"
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
     assert str(citation["version"]) == transformer_lib.__version__
     scripts = pyproject["project"]["scripts"]
