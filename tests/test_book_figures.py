@@ -194,3 +194,16 @@ def test_attention_explorer_picks_sentence_attention_layer_and_head() -> None:
     spec["params"][0]["value"] = "2. a b c d <eos>"  # choose the other sentence
     labels = [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", vl_convert.vegalite_to_svg(spec))]
     assert {"a", "d", "x"} <= set(labels) and "Hunde" not in labels
+
+
+def test_short_loss_curves_get_a_marker_per_value_long_ones_do_not() -> None:
+    """A few values per run (an evaluation every 50 steps, say) are drawn with markers, so each one can
+    be hovered for its tooltip; long curves stay plain lines."""
+    from transformer_lib.book.figures import FEW_POINTS, loss_curves_chart
+
+    def mark(curves):
+        spec = loss_curves_chart(curves).to_dict()
+        return spec["mark"] if "mark" in spec else spec["layer"][0]["mark"]
+
+    assert mark({"a": [3.0, 2.0, 1.5], "b": [3.1, 2.2, 1.4]}).get("point") is True
+    assert not mark({"a": list(range(FEW_POINTS + 1, 0, -1))}).get("point")

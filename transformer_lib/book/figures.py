@@ -186,8 +186,14 @@ def loss_curves_chart(
         if len(y) > max_points and len(xs[name]) == len(y):  # (a length mismatch is reported by _lines)
             keep = np.unique(np.r_[np.arange(0, len(y), -(-len(y) // max_points)), len(y) - 1])
             curves[name], xs[name] = y[keep], xs[name][keep]
+    few = max((len(y) for y in curves.values()), default=0) <= FEW_POINTS  # short runs: a marker per value
     return _lines({"": curves}, xs, x_title=x_title, y_title=y_title, series_title=series_title, title=title,
-                  log_y=log_y, points=False, width=width, height=height)
+                  log_y=log_y, points=few, width=width, height=height)
+
+
+FEW_POINTS = 30
+"""Curves of at most this many values are drawn with a marker at each: a reader can hover each value
+(a line's tooltip needs the pointer on the line itself, which few segments make hard to find)."""
 
 
 PAGE_WIDTH_INCHES = 6.6
