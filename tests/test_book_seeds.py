@@ -1,10 +1,9 @@
-"""transformer_lib.book.seeds: the seed runs of section 5.9 read from a folder, scored from their
-translations, and compared with the paired bootstrap (small fixtures; the committed runs are
-checked by the section itself)."""
+"""transformer_lib.book.seeds: the seed runs of section 5.9 read from a folder and tabulated, and the
+committed paired bootstraps shown seed by seed (small fixtures; the committed runs are checked by the
+section itself)."""
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -12,25 +11,17 @@ import pytest
 
 from transformer_lib.book import seeds
 
-REFERENCES = ["a dog runs on the grass", "two men are talking", "a woman reads a book", "the child plays"]
 
-
-def _run(folder: Path, name: str, lines: list[str], recorded: float) -> None:
+def _run(folder: Path, name: str, recorded: float) -> None:
     metrics = {"command": "train", "hardware": {}, "final": {},
                "bleu": {"val": {"greedy": {"cased": {"score": recorded}}}}}
     (folder / f"{name}.json").write_text(json.dumps(metrics))
-    with gzip.open(folder / f"{name}.val.txt.gz", "wt", encoding="utf-8") as out:
-        out.write("".join(f"{line}\n" for line in lines))
 
 
 @pytest.fixture()
 def runs_folder(tmp_path: Path) -> Path:
-    good = REFERENCES
-    worse = ["a dog runs", "two men talking", "a woman reads a book", "child"]
-    _run(tmp_path, "good-seed0", good, 100.0)
-    _run(tmp_path, "good-seed1", good, 100.0)
-    _run(tmp_path, "worse-seed0", worse, 0.0)
-    _run(tmp_path, "worse-seed1", good, 100.0)
+    for name, score in [("good-seed0", 40.0), ("good-seed1", 41.0), ("worse-seed0", 30.0), ("worse-seed1", 38.0)]:
+        _run(tmp_path, name, score)
     return tmp_path
 
 
@@ -40,33 +31,37 @@ def test_runs_are_grouped_by_recipe_and_seed(runs_folder: Path) -> None:
 
 
 def test_a_file_not_named_by_seed_is_an_error(runs_folder: Path) -> None:
-    _run(runs_folder, "no-seed-here", REFERENCES, 0.0)
+    _run(runs_folder, "no-seed-here", 0.0)
     with pytest.raises(ValueError, match="RECIPE-seedS"):
         seeds.seed_runs(runs_folder)
 
 
-def test_missing_translations_name_the_file(runs_folder: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="good-seed7.val.txt.gz"):
-        seeds.translations("good", 7, runs_folder)
+def test_table_has_each_seed_the_mean_and_the_spread_best_first(runs_folder: Path) -> None:
+    table = seeds.seed_table(seeds.seed_runs(runs_folder))
+    assert list(table.index) == ["good", "worse"]
+    assert table.loc["good", "seed 1"] == 41.0 and table.loc["good", "mean"] == pytest.approx(40.5)
+    assert table.loc["worse", "spread"] == pytest.approx(8.0)
 
 
-def test_table_scores_the_translations_and_reports_the_gap_to_the_record(runs_folder: Path) -> None:
-    table = seeds.seed_table(seeds.seed_runs(runs_folder), REFERENCES, folder=runs_folder)
-    assert table.loc["good", "seed 0"] == pytest.approx(100.0)
-    assert table.loc["good", "spread"] == pytest.approx(0.0)
-    assert table.loc["worse", "seed 0"] < table.loc["worse", "seed 1"] == pytest.approx(100.0)
-    assert table.loc["worse", "spread"] > 0 and table.index[0] == "good"  # best mean first
-    assert table.loc["worse", "recorded"] > 0  # seed 0 scores above the 0.0 its record claims
-
-
-def test_compare_recipes_gives_one_row_a_seed(runs_folder: Path) -> None:
-    result = seeds.compare_recipes("worse", "good", [0, 1], REFERENCES, folder=runs_folder)
+def test_compare_recipes_gives_one_row_a_seed_with_the_difference() -> None:
+    test = {"first": "a", "second": "b", "by_seed": {
+        "1": {"first": 39.0, "second": 38.0, "second_interval": [36.5, 39.5], "p": 0.2},
+        "0": {"first": 38.0, "second": 40.0, "second_interval": [38.5, 41.5], "p": 0.01}}}
+    result = seeds.compare_recipes(test)
     assert list(result.index) == [0, 1]
-    assert result.loc[0, "difference"] > 0 and result.loc[1, "difference"] == 0
-    assert result.loc[1, "p"] == 1.0  # identical outputs cannot be told apart
+    assert result.loc[0, "difference"] == 2.0 and result.loc[1, "difference"] == -1.0
+    assert result.loc[0, "interval"] == "38.5 to 41.5" and result.loc[1, "p"] == 0.2
 
 
-def test_chart_draws_every_seed_and_the_mean(runs_folder: Path) -> None:
+def test_the_committed_bootstraps_cover_every_claim_and_seed() -> None:
+    committed = seeds.paired_tests()
+    runs = seeds.seed_runs()
+    for claim, test in committed.items():
+        assert test["first"] in runs and test["second"] in runs, claim
+        assert sorted(test["by_seed"]) == ["0", "1", "2"] and 0 < test["pooled"]["p"] <= 1, claim
+
+
+def test_chart_draws_every_seed_and_the_mean() -> None:
     import pandas as pd
 
     table = pd.DataFrame({"seed 0": [1.0, 2.0], "seed 1": [1.5, 2.5], "mean": [1.25, 2.25]},

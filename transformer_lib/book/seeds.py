@@ -3,27 +3,26 @@ bootstrap between two recipes trained from the same seed (section 5.9).
 
 The runs are ``benchmarks/seeds.sh``'s: five recipes, seeds 0, 1 and 2, each the full profile (16
 epochs, the last weights or the average of the last five, whichever validation BLEU prefers), all
-fifteen at once on one H100. For each run, ``runs/seeds/`` holds its ``metrics.json`` as
-``RECIPE-seedS.json`` and the greedy translations of the validation set by the weights it kept as
-``RECIPE-seedS.val.txt.gz`` (``transformer-translate --checkpoint ... --input val.de.gz``). Both
-are package data, so the section reads them wherever it runs; only the references come from the
-Multi30k files.
+fifteen at once on one H100. ``runs/seeds/`` holds each run's ``metrics.json`` as
+``RECIPE-seedS.json``; ``runs/bootstrap/seeds.json`` holds the paired bootstrap of each claim,
+computed from the runs' validation translations by ``benchmarks/seed_report.py`` (the translations
+themselves are not committed). Both are package data, so the section reads them wherever it runs.
 """
 
 from __future__ import annotations
 
-import gzip
+import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from transformer_lib.book.results import COMMITTED_RUNS, committed_results
-from transformer_lib.evaluation import corpus_bleu, paired_bootstrap
 
-__all__ = ["SEED_RUNS", "seed_runs", "translations", "seed_table", "compare_recipes", "seed_chart"]
+__all__ = ["BOOTSTRAP", "SEED_RUNS", "seed_runs", "seed_table", "paired_tests", "compare_recipes", "seed_chart"]
 
 SEED_RUNS = COMMITTED_RUNS / "seeds"
+BOOTSTRAP = COMMITTED_RUNS / "bootstrap" / "seeds.json"
 _NAME = re.compile(r"^(?P<recipe>.+)-seed(?P<seed>\d+)$")
 
 
@@ -42,52 +41,37 @@ def seed_runs(folder: str | Path = SEED_RUNS) -> dict[str, dict[int, dict[str, A
     return runs
 
 
-def translations(recipe: str, seed: int, folder: str | Path = SEED_RUNS) -> list[str]:
-    """The greedy translations of Multi30k's validation set by one run's kept weights, one a sentence."""
-    path = Path(folder) / f"{recipe}-seed{seed}.val.txt.gz"
-    if not path.is_file():
-        raise FileNotFoundError(f"no translations at {path}; the seed runs are {sorted(seed_runs(folder))}")
-    with gzip.open(path, "rt", encoding="utf-8") as lines:
-        return [line.rstrip("\n") for line in lines]
+def _val_bleu(metrics: Mapping[str, Any]) -> float:
+    return metrics["bleu"]["val"]["greedy"]["cased"]["score"]
 
 
-def seed_table(runs: Mapping[str, Mapping[int, Mapping[str, Any]]], references: Sequence[str],
-               folder: str | Path | None = None) -> Any:
-    """Validation BLEU (greedy, cased) of every run, a recipe a row: one column per seed, the mean, and
-    the spread (highest minus lowest). Each score is recomputed from the run's committed
-    translations (in ``folder``, default :data:`SEED_RUNS`); ``recorded`` holds the largest gap
-    to the score its ``metrics.json`` recorded.
-    """
+def seed_table(runs: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> Any:
+    """Validation BLEU (greedy, cased: the score each run chose its weights by) of every run, a recipe
+    a row: one column per seed, the mean, and the spread (highest minus lowest), best mean first."""
     import pandas as pd
 
     rows = {}
     for recipe, by_seed in runs.items():
-        scores = {seed: corpus_bleu(translations(recipe, seed, folder or SEED_RUNS), references).score
-                  for seed in sorted(by_seed)}
-        recorded = max(abs(scores[seed] - by_seed[seed]["bleu"]["val"]["greedy"]["cased"]["score"]) for seed in scores)
+        scores = {seed: _val_bleu(by_seed[seed]) for seed in sorted(by_seed)}
         rows[recipe] = {**{f"seed {seed}": score for seed, score in scores.items()},
-                        "mean": sum(scores.values()) / len(scores), "spread": max(scores.values()) - min(scores.values()),
-                        "recorded": recorded}
+                        "mean": sum(scores.values()) / len(scores), "spread": max(scores.values()) - min(scores.values())}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("recipe").sort_values("mean", ascending=False)
 
 
-def compare_recipes(baseline: str, system: str, seeds: Sequence[int], references: Sequence[str],
-                    folder: str | Path = SEED_RUNS) -> Any:
-    """``system`` against ``baseline``, seed by seed, with sacreBLEU's paired bootstrap (1,000 draws).
+def paired_tests(path: str | Path = BOOTSTRAP) -> dict[str, Any]:
+    """The committed paired bootstraps, by claim: ``{claim: {"first", "second", "by_seed", "pooled"}}``."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
 
-    Returns:
-        A frame, a seed a row: both BLEU scores, the difference (system minus baseline), the
-        system's 95% interval and the p-value of the difference.
-    """
+
+def compare_recipes(test: Mapping[str, Any]) -> Any:
+    """One claim's paired bootstrap (an entry of :func:`paired_tests`) as a frame, a seed a row: both
+    BLEU scores, the difference (second minus first), the second's 95% interval and the p-value."""
     import pandas as pd
 
-    rows = []
-    for seed in seeds:
-        test = paired_bootstrap(translations(baseline, seed, folder), translations(system, seed, folder), references)
-        rows.append({"seed": seed, baseline: test.baseline.score, system: test.system.score,
-                     "difference": test.system.score - test.baseline.score,
-                     "interval": f"{test.system.interval[0]:.1f} to {test.system.interval[1]:.1f}",
-                     "p": test.p_value})
+    rows = [{"seed": int(seed), test["first"]: r["first"], test["second"]: r["second"],
+             "difference": r["second"] - r["first"],
+             "interval": f"{r['second_interval'][0]:.1f} to {r['second_interval'][1]:.1f}", "p": r["p"]}
+            for seed, r in sorted(test["by_seed"].items())]
     return pd.DataFrame(rows).set_index("seed")
 
 
