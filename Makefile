@@ -57,12 +57,13 @@ site-test: site
 checks: $(STAMP)
 	status=0; $(MAKE) --no-print-directory colab || status=$$?; $(MAKE) --no-print-directory unit || status=$$?; exit $$status
 
-# Every section executed as a Colab reader runs it (tests/test_colab.py: a runtime without the library,
-# the section's own set-up cell installing it from this clone), each stored in the execution cache
-# for the site build. The cache is emptied first, so the site shows this run's outputs.
+# Every section executed as a Colab reader runs it (tests/test_colab.py: nbmake, two sections at a time,
+# in a kernel of a runtime without the library, the section's own set-up cell installing it from this
+# clone), each stored in the execution cache for the site build. The cache is emptied first, so the
+# site shows this run's outputs.
 colab: $(STAMP)
 	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=15 tests/test_colab.py
+	OMP_NUM_THREADS=1 COLAB_WORKERS=$(PYTEST_WORKERS) $(BIN)/python -m pytest tests/test_colab.py
 
 # The library's tests alone (no chapter executes: tests/test_colab.py is left out).
 unit: $(STAMP)

@@ -11,22 +11,25 @@ It does NOT see ``transformer_lib``, nor what Colab does not ship and the librar
 sacremoses, tokenizers (Colab has it, through transformers; left out so the test also covers it) and
 vl-convert-python (the test checks they cannot be imported before the set-up cell runs).
 
-The set-up cell. Each section is copied alone into an empty folder, its set-up cell's repository URL
-swapped for ``git+file://`` of this clone (the same cell, the same ``%pip install``), and executed
-top to bottom by nbclient in a kernel of that environment. pip runs with ``PIP_NO_INDEX`` and
-``PIP_FIND_LINKS`` pointing at a wheel folder made here by repacking the installed copies of the
-library's dependencies that the Colab runtime lacks (and setuptools, to build the library). So pip
-installs only what ``pyproject.toml`` declares, and a dependency it forgot fails the section that
-uses it (tried: without ``tokenizers`` in pyproject.toml, the subword section fails with "No module
-named 'tokenizers'" where it learns BPE merges). pip installs the *committed* code (``HEAD`` of this
-clone): commit before running it.
+The set-up cell. Each section is copied alone into a folder of its own, its set-up cell's repository
+URL swapped for ``git+file://`` of this clone (the same cell, the same ``%pip install``). nbmake
+executes the copies top to bottom (``pytest --nbmake --nbmake-kernel=colab --overwrite``, two at a
+time) in a kernel of that environment, which this test registers as ``colab`` (``JUPYTER_PATH``); its
+``--overwrite`` leaves each copy with its outputs, which the tests below read. pip runs with
+``PIP_NO_INDEX`` and ``PIP_FIND_LINKS`` pointing at a wheel folder made here by repacking the installed
+copies of the library's dependencies that the Colab runtime lacks (and setuptools, to build the
+library). So pip installs only what ``pyproject.toml`` declares, and a dependency it forgot fails the
+section that uses it (tried: without ``tokenizers`` in pyproject.toml, the subword section fails with
+"No module named 'tokenizers'" where it learns BPE merges). pip installs the *committed* code
+(``HEAD`` of this clone): commit before running it.
 
-One runtime for all sections: the first section's set-up cell installs the library (the cell is the
-same in every notebook, ``tests/test_book.py`` checks it), and every later section runs in the same
-runtime, in a kernel of its own that is shut down after it. A fresh environment per section would
-cost a venv and a pip install of about 20 local wheels each (about 6 s of CPU) for no new check.
-Sections that need a model an earlier section trained load it from the book's cache
-(``transformer_lib.book.cache``), as they do on Colab; the site build shares that cache.
+One runtime for all sections: the first section runs alone and its set-up cell installs the library
+(the cell is the same in every notebook, ``tests/test_book.py`` checks it); then nbmake runs the others
+in the same runtime, each in a kernel of its own. A fresh environment per section would cost a venv
+and a pip install of about 20 local wheels each (about 6 s of CPU) for no new check, and two set-up
+cells installing into one environment at once would race. Sections that need a model an earlier
+section trained load it from the book's cache (``transformer_lib.book.cache``), as they do on Colab;
+the site build shares that cache.
 
 What the executed sections must show:
 
@@ -43,8 +46,9 @@ committed, with this run's outputs (the set-up cell's cleared: where the library
 does nothing). ``_config.yml`` builds with ``execute_notebooks: cache``, so ``make test``'s site build
 takes the outputs from there for every section whose code cells are unchanged, and executes only a
 section this run did not store (one that failed here fails there too). ``make book`` empties the
-cache first and executes every section itself. ``make test`` runs this file two sections at a time;
-``make notebooks`` still runs nbmake in the checkout's own environment.
+cache first and executes every section itself. ``make test`` runs this file in one process (nbmake
+runs the sections two at a time, ``COLAB_WORKERS``); ``make notebooks`` runs nbmake over ``book/`` in the
+checkout's own environment instead (quicker while writing a section, and no Colab check).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ import subprocess
 import sys
 import venv
 import zipfile
+from xml.etree import ElementTree
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -68,10 +73,7 @@ from typing import Any
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
-from nbclient.exceptions import CellExecutionError  # noqa: E402
-from jupyter_client.manager import KernelManager  # noqa: E402
+pytest.importorskip("nbmake")
 from packaging.markers import default_environment  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402
 
@@ -86,6 +88,8 @@ SITE_CACHE = Path(os.environ.get("BOOK_EXECUTION_CACHE") or ROOT / "_build" / ".
 COLAB_SHIPS = ("torch", "numpy", "pandas", "matplotlib", "altair", "spacy", "tqdm", "ipykernel", "ipython", "pip")
 # The library's dependencies Colab lacks: they must come through the set-up cell's pip install.
 NOT_ON_COLAB = ("sacrebleu", "sacremoses", "tokenizers", "vl_convert")
+# nbmake's workers: two sections at a time on two cores.
+WORKERS = int(os.environ.get("COLAB_WORKERS", "2"))
 
 pytestmark = pytest.mark.skipif(
     shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a clone of the repository"
@@ -213,15 +217,45 @@ def _probe(python: Path, code: str) -> subprocess.CompletedProcess:
 
 
 def _section_copy(section: str, folder: Path) -> Path:
-    """The section, alone in ``folder``, its set-up cell installing from this clone."""
+    """The section, alone in a folder of its own under ``folder``, its set-up cell installing from this clone."""
     notebook = nbformat.read(ROOT / "book" / section, as_version=4)
     setup = [cell for cell in notebook.cells if cell.cell_type == "code" and REPOSITORY in cell.source]
     assert len(setup) == 1, f"{section}: one set-up cell installs from {REPOSITORY}"
     # this clone as it is, not the release the cell pins (@vX.Y.Z)
     setup[0].source = re.sub(re.escape(REPOSITORY) + r"(@[\w.\-]+)?", f"git+file://{ROOT}", setup[0].source)
-    path = folder / Path(section).name
+    path = folder / _own_folder(section) / Path(section).name
+    path.parent.mkdir(parents=True)
     nbformat.write(notebook, path)
     return path
+
+
+def _own_folder(section: str) -> str:
+    return section.removesuffix(".ipynb").replace("/", "-")
+
+
+def _nbmake(copies: list[Path], folder: Path, runtime: dict[str, Path], workers: int,
+            reporter: Any = None) -> dict[str, str | None]:
+    """Execute ``copies`` (under ``folder``) with nbmake in the Colab-like kernel, writing their outputs
+    into them; returns, per copy's folder, None where nbmake passed it and its failure text where not."""
+    report = folder / f"nbmake-{copies[0].parent.name}.xml"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=", "--durations=10",
+               "--rootdir", str(folder), "--nbmake", "--nbmake-kernel=colab", "--nbmake-timeout=600",
+               "--overwrite", f"--junitxml={report}", *(["-n", str(workers)] if workers > 1 else []),
+               *(str(c.relative_to(folder)) for c in copies)]
+    env = _clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(runtime["wheelhouse"]), JUPYTER_PATH=str(runtime["home"]))
+    run = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+    if reporter is not None:  # nbmake's summary (its slowest sections, what failed) in this run's log
+        reporter.write_line(f"\n$ {' '.join(command[2:14])} ... ({len(copies)} sections)")
+        for line in run.stdout.splitlines()[-16:]:
+            reporter.write_line(line)
+    if not report.exists():  # nbmake did not run at all
+        raise AssertionError(f"nbmake failed to start (exit {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+    results: dict[str, str | None] = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        failed = case.find("failure") if case.find("failure") is not None else case.find("error")
+        text = None if failed is None else re.sub(r"#x1B\[[0-9;]*m|\x1b\[[0-9;]*m", "", failed.text or failed.get("message", ""))
+        results[case.get("classname", "").split(".")[0]] = text
+    return results
 
 
 def _text_of(cells: list) -> str:
@@ -290,30 +324,42 @@ def _store_for_the_site(section: str, executed: Any) -> None:
 def runtime(colab_view: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One Colab-like runtime for every section: checked to lack the library before the first runs."""
     home = tmp_path_factory.mktemp("colab-runtime")
-    kernels = _colab_runtime(home, colab_view)
+    _colab_runtime(home, colab_view)
     python = home / "venv" / "bin" / "python"
     assert _importable(python, ("transformer_lib", *NOT_ON_COLAB, "torch", "pandas", "altair", "spacy")) == [
         "torch", "pandas", "altair", "spacy"], "the fresh runtime has what Colab ships, and nothing else we need"
-    return {"home": home, "kernels": kernels, "python": python, "wheelhouse": wheelhouse}
+    return {"home": home, "python": python, "wheelhouse": wheelhouse}
+
+
+@pytest.fixture(scope="module")
+def executed(runtime: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
+             request: pytest.FixtureRequest) -> dict[str, tuple[Path, str | None]]:
+    """The sections this run tests (all, or those ``-k`` picked) executed by nbmake in the runtime: per
+    section, its executed copy and nbmake's failure text (None: it passed). The first runs alone (its
+    set-up cell installs the library), then the others, ``WORKERS`` at a time."""
+    picked = {item.callspec.params["section"] for item in request.session.items
+              if "section" in getattr(getattr(item, "callspec", None), "params", {})}
+    sections = sorted(picked) or SECTIONS[:1]
+    folder = tmp_path_factory.mktemp("sections")
+    copies = {section: _section_copy(section, folder) for section in sections}
+    first, *others = sections
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    results = _nbmake([copies[first]], folder, runtime, workers=1, reporter=reporter)
+    if others:
+        results.update(_nbmake([copies[s] for s in others], folder, runtime, workers=WORKERS, reporter=reporter))
+    missing = [s for s in sections if _own_folder(s) not in results]
+    assert not missing, f"nbmake reported nothing for {missing}"
+    return {section: (copies[section], results[_own_folder(section)]) for section in sections}
 
 
 @pytest.mark.parametrize("section", SECTIONS)
-def test_the_section_runs_in_a_colab_like_runtime(section: str, runtime: dict[str, Path], tmp_path: Path) -> None:
-    folder = tmp_path / "section"
-    folder.mkdir()
-    notebook = nbformat.read(_section_copy(section, folder), as_version=4)
-    kernel = KernelManager(kernel_name="colab",
-                           kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(runtime["kernels"])]))
-    client = nbclient.NotebookClient(notebook, km=kernel, timeout=600, resources={"metadata": {"path": str(folder)}})
-    try:
-        client.execute(env=_clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(runtime["wheelhouse"])))
-    except CellExecutionError as error:
+def test_the_section_runs_in_a_colab_like_runtime(section: str, executed: dict[str, tuple[Path, str | None]]) -> None:
+    path, failure = executed[section]
+    notebook = nbformat.read(path, as_version=4)
+    if failure is not None:
         setup = [cell for cell in notebook.cells if "%pip install" in cell.source][0]
-        raise AssertionError(f"{section} failed in the Colab-like runtime; its set-up cell printed:\n"
-                             f"{_text_of([setup])[-3000:]}") from error
-    finally:
-        if kernel.has_kernel:  # nbclient leaves a kernel it did not start running
-            kernel.shutdown_kernel(now=True)
+        raise AssertionError(f"{section} failed under nbmake in the Colab-like runtime:\n{failure[-4000:]}\n"
+                             f"its set-up cell printed:\n{_text_of([setup])[-2000:]}")
 
     reordered = [cell.get("id") for cell in notebook.cells if cell.cell_type == "code" and _prints_after_a_display(cell)]
     assert not reordered, f"{section}: cells {reordered} print after they displayed something; print first, display last"
@@ -331,7 +377,7 @@ def test_the_section_runs_in_a_colab_like_runtime(section: str, runtime: dict[st
             f"{section} must show the shipped model's run (package data) to an installed reader")
 
 
-def test_the_set_up_cell_installed_the_library_into_the_runtime(runtime: dict[str, Path]) -> None:
+def test_the_set_up_cell_installed_the_library_into_the_runtime(runtime: dict[str, Path], executed: dict) -> None:
     """After the sections ran, the library and the dependencies Colab lacks are in the runtime's own
     environment (not found through this checkout)."""
     if not any((runtime["home"] / "venv").rglob("transformer_lib/__init__.py")):
