@@ -245,9 +245,10 @@ def _nbmake(copies: list[Path], folder: Path, runtime: dict[str, Path], workers:
     env = _clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(runtime["wheelhouse"]), JUPYTER_PATH=str(runtime["home"]))
     run = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     if reporter is not None:  # nbmake's summary (its slowest sections, what failed) in this run's log
-        reporter.write_line(f"\n$ {' '.join(command[2:14])} ... ({len(copies)} sections)")
-        for line in run.stdout.splitlines()[-16:]:
-            reporter.write_line(line)
+        with reporter.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+            reporter.write_line(f"\n$ {' '.join(command[2:14])} ... ({len(copies)} sections)")
+            for line in run.stdout.splitlines()[-16:]:
+                reporter.write_line(line)
     if not report.exists():  # nbmake did not run at all
         raise AssertionError(f"nbmake failed to start (exit {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
     results: dict[str, str | None] = {}
