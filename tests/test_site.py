@@ -27,7 +27,8 @@ every page. Each page is loaded in light mode, in dark mode, at a laptop's size 
 - search finds every page by its title.
 
 A full-page screenshot of every page (light, dark, phone) and its printed PDF go to
-``_build/screenshots``; ``python tests/test_site.py`` (run by ``make test``) prints what each page
+``_build/screenshots`` (with ``SITE_SCREENSHOTS=failures``, as in CI, only those of a page-mode with a
+problem); ``python tests/test_site.py`` (run by ``make test``) prints what each page
 showed, with the table of screens, code share and cut elements per page. ``SITE_DIR`` and
 ``SCREENSHOTS_DIR`` point the tests at another build (an older commit's site, for a before/after).
 
@@ -66,6 +67,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # comparison; its screenshots and reports then go to SCREENSHOTS_DIR.
 SITE = Path(os.environ.get("SITE_DIR") or ROOT / "_build" / "html")
 SCREENSHOTS = Path(os.environ.get("SCREENSHOTS_DIR") or ROOT / "_build" / "screenshots")
+# Every page's screenshots (light, dark, phone, the printed PDF), to look at: the default. With
+# SITE_SCREENSHOTS=failures (CI, where nobody looks at them; about 3 s of the browser's time a page),
+# only a page-mode that found a problem, listed ones included, gets its screenshot (the phone's and the
+# print's then show the page with its toggles open, as it was measured for cut elements).
+EVERY_SCREENSHOT = os.environ.get("SITE_SCREENSHOTS", "all") != "failures"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"].rstrip("/")
@@ -162,6 +168,14 @@ def known_problems(page: str, mode: str) -> list[str]:
 
     listed = yaml.safe_load(KNOWN_PROBLEMS.read_text()) if KNOWN_PROBLEMS.is_file() else {}
     return list((listed or {}).get(f"{page} ({mode})", []))
+
+
+def _screenshot(page: Any, shot: Path, problems: list[str]) -> Path | None:
+    """The page's full-length screenshot at ``shot``, if every page's is wanted or this one has problems."""
+    if not (EVERY_SCREENSHOT or problems):
+        return None
+    page.screenshot(path=shot, full_page=True, animations="disabled")
+    return shot
 
 
 def assert_no_problems(page: str, mode: str, problems: list[str], shot: Path | None) -> None:
@@ -771,8 +785,8 @@ def test_page_in_light_mode(browser: Any, site: str, path: str) -> None:
             chapters = sorted({chapter_of(n) for n in map(notebook_of, PAGES) if n})
             problems += [f"no Colab badge for chapter {c}" for c in chapters if c not in badged]
 
-        page.screenshot(path=shot, full_page=True, animations="disabled")
         problems += record.problems()
+        shot = _screenshot(page, shot, problems)
         write_report(
             path,
             "light",
@@ -788,7 +802,7 @@ def test_page_in_light_mode(browser: Any, site: str, path: str) -> None:
                 "badges_for_chapters_not_written_yet": pending,
                 "blocked": record.blocked,
                 "problems": problems,
-                "screenshot": shown_path(shot),
+                "screenshot": shot and shown_path(shot),
             },
         )
     assert_no_problems(path, "light mode", problems, shot)
@@ -819,8 +833,8 @@ def test_page_in_dark_mode(browser: Any, site: str, path: str) -> None:
         images, found = check_images(page)
         problems += found
         problems += [f"a matplotlib figure stays white in dark mode: {f}" for f in page.evaluate(WHITE_FIGURES_JS)]
-        page.screenshot(path=shot, full_page=True, animations="disabled")
         problems += record.problems()
+        shot = _screenshot(page, shot, problems)
         write_report(
             path,
             "dark",
@@ -832,7 +846,7 @@ def test_page_in_dark_mode(browser: Any, site: str, path: str) -> None:
                 "images": images["count"],
                 "blocked": record.blocked,
                 "problems": problems,
-                "screenshot": shown_path(shot),
+                "screenshot": shot and shown_path(shot),
             },
         )
     assert_no_problems(path, "dark mode", problems, shot)
@@ -895,7 +909,7 @@ def test_nothing_is_clipped(browser: Any, site: str, path: str, viewport: str) -
                 page.pdf(path=shot, format="A4")
 
         problems = open_page(page, record, path)
-        share, clipped, found = measure_layout(page, viewport, snapshot)
+        share, clipped, found = measure_layout(page, viewport, snapshot if EVERY_SCREENSHOT else None)
         problems += found
         figures = page.evaluate(FIGURE_SCALES_JS)
         shrunk = [f for f in figures if f["shown"] < MIN_FIGURE_SCALE * f["drawn"]]
@@ -906,6 +920,11 @@ def test_nothing_is_clipped(browser: Any, site: str, path: str, viewport: str) -
             ]
         problems += layout_problems(viewport, share, clipped)
         problems += record.problems()
+        if shot and not EVERY_SCREENSHOT:
+            if problems:
+                snapshot()
+            else:
+                shot = None
         write_report(
             path,
             viewport,
