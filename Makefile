@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 # Two pytest workers on two cores: one BLAS thread each, or they fight over the cores.
 PYTEST_WORKERS ?= 2
 
-.PHONY: book site test site-test setup checks colab unit lowest notebooks browser clean
+.PHONY: book site test site-test setup checks colab unit unit-lowest lowest notebooks browser clean
 
 setup: $(STAMP)
 
@@ -44,10 +44,14 @@ site: $(STAMP)
 # the execution cache; then, on the two cores, the site is built from that cache and checked in the
 # browser, beside the library's own tests. A failure does not stop the other checks (one run reports
 # everything, and fails if anything failed).
+# The lowest-versions environment (see `lowest`) installs in the background meanwhile (mostly
+# downloads), and its tests run after the library's, beside the browser test.
 test: $(STAMP)
-	status=0; \
+	status=0; mkdir -p _build; \
+	$(MAKE) --no-print-directory $(LOWEST_VENV)/.installed > _build/lowest-install.log 2>&1 & installing=$$!; \
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory colab || status=$$?; \
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test unit PYTEST_WORKERS=1 || status=$$?; \
+	if ! wait $$installing; then grep -v 'WARNING: Location' _build/lowest-install.log | tail -30; status=1; fi; \
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test unit-lowest PYTEST_WORKERS=1 || status=$$?; \
 	exit $$status
 
 site-test: site
@@ -64,6 +68,10 @@ checks: $(STAMP)
 colab: $(STAMP)
 	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock
 	OMP_NUM_THREADS=1 COLAB_WORKERS=$(PYTEST_WORKERS) $(BIN)/python -m pytest tests/test_colab.py
+
+# The library's tests, then the same at the lowest versions it declares.
+unit-lowest: $(STAMP)
+	status=0; $(MAKE) --no-print-directory unit || status=$$?; $(MAKE) --no-print-directory lowest || status=$$?; exit $$status
 
 # The library's tests alone (no chapter executes: tests/test_colab.py is left out).
 unit: $(STAMP)
