@@ -336,6 +336,31 @@ def test_checks_print_that_they_passed_and_their_toggle_says_so(path: Path) -> N
                 f"{_ids(path)} cell {cell.get('id')}: a collapsed check is tagged 'check' (its toggle says 'Show the check')")
 
 
+# Calls whose value is a table, a chart or a listing: a notebook shows such a value only as its cell's
+# last expression (or through display()); anywhere else it is made and silently dropped.
+SHOWN_AS_THE_CELL_VALUE = re.compile(r"^(show_table|shape_table|show_source|\w+_table|\w+_chart)$")
+
+
+def _called(call: ast.Call) -> str | None:
+    function = call.func
+    return function.id if isinstance(function, ast.Name) else getattr(function, "attr", None)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_no_table_chart_or_listing_is_made_and_dropped(path: Path) -> None:
+    """Section 4.5 once computed its comparison with the paper's Table 3 in a call that was not the
+    cell's last statement, so the table the prose reads from never appeared."""
+    dropped = []
+    for cell in _code_cells(_load(path)):
+        statements = _parse(cell).body
+        for statement in statements[:-1]:
+            if (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+                    and SHOWN_AS_THE_CELL_VALUE.match(_called(statement.value) or "")):
+                dropped.append(f"cell {cell.get('id')}, line {statement.lineno}: {_called(statement.value)}(...)")
+    assert not dropped, (f"{_ids(path)}: made but never shown (not the cell's last value; use display()): "
+                         + "; ".join(dropped))
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
 def test_chapter_makes_its_claims_checkable(chapter: Path) -> None:
     asserting = [cell for p in sorted(chapter.glob("[0-9][0-9]_*.ipynb")) for cell in _code_cells(_load(p))
