@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -18,14 +19,15 @@ from torch import Tensor
 
 from transformer_lib.book.cache import cached
 from transformer_lib.book.experiment import current_profile, pick
-from transformer_lib.language_models import CaptionCorpus, caption_corpus, lm_batches, train_steps
+from transformer_lib.decoding import sample_continue
+from transformer_lib.language_models import IGNORE_INDEX, CaptionCorpus, caption_corpus, lm_batches, train_steps
 from transformer_lib.masked_lm import MASK
 from transformer_lib.model import DecoderOnlyTransformer
 from transformer_lib.config import TransformerConfig
-from transformer_lib.vocab import Vocab
+from transformer_lib.vocab import SPECIALS, Vocab
 
 __all__ = ["caption_batches", "caption_data", "caption_language_model", "caption_model_size", "joined",
-           "longest_training_source", "train_caption_lm"]
+           "longest_training_source", "reversal_sequences", "sample_captions", "sequence_table", "train_caption_lm"]
 
 
 def caption_data() -> CaptionCorpus:
@@ -120,3 +122,49 @@ def joined(pairs: list[tuple[str, str]], k: int) -> list[tuple[str, str]]:
         raise ValueError(f"k={k}: join at least one sentence")
     return [(" ".join(s for s, _ in pairs[i:i + k]), " ".join(r for _, r in pairs[i:i + k]))
             for i in range(0, len(pairs) - k + 1, k)]
+
+
+def reversal_sequences(vocab: Vocab, n: int, size: int,
+                       generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """``size`` reversal questions of ``n`` symbols written as one sequence for a decoder-only model,
+    ``x₁ … xₙ <bos> xₙ … x₁ <eos>``, as the inputs and targets of next-token prediction (section 7.4).
+
+    The symbols are ``vocab``'s ordinary tokens (every id after the four :data:`SPECIALS`). The targets are the
+    sequence shifted by one, with the question's ``n`` targets set to ``IGNORE_INDEX``: predicting the
+    question is not the task, so the loss skips it.
+
+    Shape:
+        inputs, targets: ``(size, 2 n + 1)``, on the CPU.
+    """
+    first = len(SPECIALS)
+    x = torch.randint(first, len(vocab), (size, n), generator=generator)  # (size, n)
+    sequence = torch.cat([x, torch.full((size, 1), vocab.bos_id), x.flip(1),
+                          torch.full((size, 1), vocab.eos_id)], dim=1)  # (size, 2 n + 2)
+    inputs, targets = sequence[:, :-1], sequence[:, 1:].clone()
+    targets[:, :n] = IGNORE_INDEX
+    return inputs, targets
+
+
+def sequence_table(vocab: Vocab, inputs: Sequence[int], targets: Sequence[int]) -> Any:
+    """One next-token-prediction sequence as a table, a row per position: the token it reads and
+    the token it is scored on (``not scored`` where the target is ``IGNORE_INDEX`` or padding)."""
+    import pandas as pd
+
+    skip = {IGNORE_INDEX, vocab.pad_id}
+    return pd.DataFrame({"position": range(len(inputs)),
+                         "reads": vocab.decode(list(inputs), strip_specials=False),
+                         "predicts": ["not scored" if t in skip else vocab.tokens[t] for t in targets]})
+
+
+def sample_captions(model: DecoderOnlyTransformer, vocab: Vocab, prompt: Sequence[str], n: int = 3,
+                    seed: int = 0, max_new_tokens: int = 20, **knobs: Any) -> list[list[str]]:
+    """``n`` captions sampled from ``model`` after ``<bos>`` and the words of ``prompt``, with
+    :func:`~transformer_lib.decoding.sample_continue` and its knobs (``temperature``, ``top_k``,
+    ``top_p``), from a generator seeded with ``seed``: each the prompt's words and the sampled ones,
+    without specials."""
+    device = next(model.parameters()).device
+    start = torch.tensor([[vocab.bos_id, *vocab.encode(list(prompt))]], device=device)  # (1, P)
+    out = sample_continue(model, start.expand(n, -1), max_new_tokens=max_new_tokens, **knobs,
+                          eos_id=vocab.eos_id, pad_id=vocab.pad_id,
+                          generator=torch.Generator(device).manual_seed(seed))  # (n, <= max_new_tokens)
+    return [vocab.decode([*start[0].tolist(), *row]) for row in out.tolist()]

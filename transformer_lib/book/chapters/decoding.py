@@ -34,7 +34,7 @@ from transformer_lib.multi30k import load_multi30k
 from transformer_lib.translator import Translator, evaluate_bleu
 
 __all__ = ["CHECKPOINT_ENV", "TEST_SENTENCES", "TestSet", "decoded_test_set",
-           "one_per_length", "reverse_translator", "test_set", "translation_model", "beam_beats_greedy",
+           "one_per_length", "reverse_translator", "top_choices", "test_set", "translation_model", "beam_beats_greedy",
            "HEAD_SENTENCES", "KINDS", "validation_pairs", "head_profile", "bleu_without_each_head", "head_chart"]
 
 CHECKPOINT_ENV = "TRANSFORMER_BOOK_CHECKPOINT"
@@ -69,6 +69,26 @@ def one_per_length() -> list[str]:
     task = reverse_task()
     by_length = {len(src): src for src, _ in task.heldout}
     return [" ".join(task.vocab.decode(by_length[n])) for n in sorted(by_length)]
+
+
+def top_choices(vocab: Any, tokens: Sequence[int], probabilities: Sequence[Tensor], k: int = 3) -> Any:
+    """The steps of a decoding loop as a table, a row per step: the prefix the decoder read and the
+    ``k`` likeliest next tokens with their probabilities (section 6.1's loop written out).
+
+    Args:
+        vocab: the target vocabulary (its ``tokens`` name the ids).
+        tokens: the decoded sequence, ``<bos>`` first; step ``s`` (from 1) read its first ``s`` tokens.
+        probabilities: one ``(V,)`` distribution over the next token per step.
+    """
+    import pandas as pd
+
+    rows = []
+    for step, probs in enumerate(probabilities, start=1):
+        best = probs.topk(k)
+        rows.append({"step": step, "prefix": " ".join(vocab.tokens[i] for i in tokens[:step]), **{
+            f"choice {rank + 1}": f"{vocab.tokens[int(i)]}  ({float(p):.3f})"
+            for rank, (p, i) in enumerate(zip(best.values, best.indices))}})
+    return pd.DataFrame(rows)
 
 
 def translation_model(device: torch.device | str = "cpu") -> tuple[Translator, str]:
