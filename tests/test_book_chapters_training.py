@@ -28,7 +28,7 @@ def test_elided_source_hides_one_run_of_lines_behind_a_toggle() -> None:
     listing = elided_source(make_optimizer, "# fused:", "return torch.optim.AdamW", "the kernel")
     full = source_text(make_optimizer).splitlines()
     shown, rest = listing.shown.splitlines(), listing.rest.splitlines()
-    marker = '    # ... the kernel: under "Show the rest of make_optimizer"'
+    marker = '    # ... the kernel (under "Show the rest")'
     assert marker in shown
     at = shown.index(marker)
     assert shown[:at] + rest + shown[at + 1:] == full  # nothing lost, nothing added but the marker

@@ -165,7 +165,7 @@ class ElidedListing:
 def elided_source(obj: Any, first: str, last: str, what: str) -> ElidedListing:
     """``show_source(obj)``, less the lines from the first that starts with ``first`` up to (not
     including) the last that starts with ``last`` (leading spaces ignored). One comment line,
-    ``# ... {what}``, stands in for them, and they are one click away, behind a toggle.
+    ``# ... {what} (under "Show the rest")``, stands in for them, and they are one click away, behind a toggle.
 
     For a function whose listing mixes what a section discusses with what it does not (how
     :func:`~transformer_lib.schedules.make_optimizer` picks AdamW's fused or foreach kernel, a matter
@@ -186,6 +186,6 @@ def elided_source(obj: Any, first: str, last: str, what: str) -> ElidedListing:
                          f"in the listing of {obj!r}") from None
     indent = lines[i][: len(lines[i]) - len(starts[i])]
     name, short = f"{obj.__module__}.{obj.__qualname__}", obj.__qualname__
-    shown = [*lines[:i], f"{indent}# ... {what}: under \"Show the rest of {short}\"", *lines[j:]]
+    shown = [*lines[:i], f"{indent}# ... {what} (under \"Show the rest\")", *lines[j:]]
     return ElidedListing("\n".join(shown), "\n".join(lines[i:j]), name,
                          f"Show the rest of {short} ({what})")
