@@ -298,15 +298,21 @@ class LiveLossPlot:
             self._draw()
 
     def _draw(self) -> None:
+        import io
         import time
 
-        from IPython.display import display
+        from IPython.display import Image, display
 
         ax = plot_training_curves(self.history, title=self.title)
+        # As a PNG, not the Figure itself: a Figure made without pyplot has no PNG formatter until the
+        # inline backend registers one, so the page showed "<Figure size 600x350 with 1 Axes>".
+        png = io.BytesIO()
+        ax.figure.savefig(png, format="png", bbox_inches="tight")
+        image = Image(data=png.getvalue(), format="png")
         if self._handle is None:
-            self._handle = display(ax.figure, display_id=True)
+            self._handle = display(image, display_id=True)
         else:
-            self._handle.update(ax.figure)
+            self._handle.update(image)
         self._last_draw = time.perf_counter()
 
 
