@@ -292,8 +292,12 @@ def rendered_sources(path: Path) -> list[tuple[str, str, str]]:
                 continue
             expression = ast.unparse(node.args[0])
             options = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg in ("docstring", "validation")}
+            methods = tuple(next((ast.literal_eval(k.value) for k in node.keywords if k.arg == "methods"), ()))
             obj = eval(compile(ast.Expression(node.args[0]), path.name, "eval"), {}, dict(namespace))  # noqa: S307 - names and attributes only
-            rendered.append((expression, source_text(obj, docstring=True, validation=True), source_text(obj, **options)))
+            shown = source_text(obj, **options)
+            if methods:  # a class by the methods the text is about: the rest is behind a toggle
+                shown = split_class(shown, methods)[0]
+            rendered.append((expression, source_text(obj, docstring=True, validation=True), shown))
     return rendered
 
 
