@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 # Two pytest workers on two cores: one BLAS thread each, or they fight over the cores.
 PYTEST_WORKERS ?= 2
 
-.PHONY: book site test site-test setup checks colab unit unit-lowest lowest notebooks browser clean
+.PHONY: book site test site-test setup checks colab unit unit-lowest lowest python notebooks browser clean
 
 setup: $(STAMP)
 
@@ -94,6 +94,14 @@ $(LOWEST_VENV)/.installed: requirements-lowest.txt
 	$(LOWEST_VENV)/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 10), sys.version'
 	$(LOWEST_VENV)/bin/python -m pip install --quiet -r requirements-lowest.txt
 	touch $@
+
+# The same tests on another Python (`make python PY=3.13`; 3.12 and 3.13 passed on 2026-11-27), in
+# .venv-py<PY> with the newest versions pip resolves there (PyPI's CUDA build of torch, several GB).
+PY ?= 3.13
+python:
+	test -x .venv-py$(PY)/bin/python || $(firstword $(wildcard $(HOME)/.pyenv/versions/$(PY)*/bin/python$(PY)) python$(PY)) -m venv .venv-py$(PY)
+	.venv-py$(PY)/bin/python -m pip install --quiet . pytest hypothesis pyyaml
+	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) .venv-py$(PY)/bin/python -m pytest -p no:cacheprovider -q $(LOWEST_TESTS)
 
 # Every chapter under nbmake in this checkout's .venv, two at a time: the quick check while writing one.
 notebooks: $(STAMP)
