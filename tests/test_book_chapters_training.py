@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from transformer_lib.book.chapters.training import ElidedListing, elided_source, reverse_task
-from transformer_lib.book.source import source_text
+from transformer_lib.book.chapters.training import reverse_task
 from transformer_lib.cli.profiles import DEFAULTS
-from transformer_lib.schedules import make_optimizer
 
 
 def test_reverse_task_configs_are_the_command_lines() -> None:
@@ -22,29 +20,6 @@ def test_reverse_task_configs_are_the_command_lines() -> None:
         s["label_smoothing"], s["clip_norm"], s["target_exact_match"])
     assert train.progress is False and task.train_config(progress=True).progress is True
     assert s == DEFAULTS["toy"][task.run_config().profile]
-
-
-def test_elided_source_hides_one_run_of_lines_behind_a_toggle() -> None:
-    listing = elided_source(make_optimizer, "# fused:", "return torch.optim.AdamW", "the kernel")
-    full = source_text(make_optimizer).splitlines()
-    shown, rest = listing.shown.splitlines(), listing.rest.splitlines()
-    marker = '    # ... the kernel (under "Show the rest")'
-    assert marker in shown
-    at = shown.index(marker)
-    assert shown[:at] + rest + shown[at + 1:] == full  # nothing lost, nothing added but the marker
-    assert rest[0].lstrip().startswith("# fused:") and "fused=True" in listing.rest
-    assert shown[-1].lstrip().startswith("return torch.optim.AdamW") and "foreach=True" in shown[-1]
-    page = listing._repr_html_()
-    assert "transformer_lib.schedules.make_optimizer" in page
-    assert '<details class="tt-source-rest"><summary>Show the rest of make_optimizer (the kernel)</summary>' in page
-    assert repr(listing) == listing.shown and isinstance(listing, ElidedListing)
-
-
-@pytest.mark.parametrize("first, last", [("# no such line", "return"), ("# fused:", "# no such line"),
-                                         ("return torch.optim.AdamW", "params =")])
-def test_elided_source_refuses_markers_it_cannot_find(first: str, last: str) -> None:
-    with pytest.raises(ValueError):
-        elided_source(make_optimizer, first, last, "x")
 
 
 def test_live_loss_plot_displays_a_png(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from transformer_lib.book.source import show_source, source_text, split_class
+from transformer_lib.book.source import Listing, show_source, source_text, split_class
 
 from library_names import resolve
 
@@ -292,11 +292,9 @@ def rendered_sources(path: Path) -> list[tuple[str, str, str]]:
                 continue
             expression = ast.unparse(node.args[0])
             options = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg in ("docstring", "validation")}
-            methods = tuple(next((ast.literal_eval(k.value) for k in node.keywords if k.arg == "methods"), ()))
+            toggles = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg in ("methods", "elide")}
             obj = eval(compile(ast.Expression(node.args[0]), path.name, "eval"), {}, dict(namespace))  # noqa: S307 - names and attributes only
-            shown = source_text(obj, **options)
-            if methods:  # a class by the methods the text is about: the rest is behind a toggle
-                shown = split_class(shown, methods)[0]
+            shown = Listing(source_text(obj, **options), **toggles).parts()[0]  # what is behind a toggle is not on show
             rendered.append((expression, source_text(obj, docstring=True, validation=True), shown))
     return rendered
 
@@ -341,3 +339,27 @@ if __name__ == "__main__":  # python tests/test_book_source.py: the per-chapter 
         print(f"| {chapter} | {calls} | {before} | {after} |")
         total = [total[0] + calls, total[1] + before, total[2] + after]
     print(f"| total | {total[0]} | {total[1]} | {total[2]} |")
+
+
+def test_elide_puts_one_run_of_lines_behind_a_toggle() -> None:
+    from transformer_lib.schedules import make_optimizer
+
+    listing = show_source(make_optimizer, elide=("# fused:", "return torch.optim.AdamW", "the kernel"))
+    shown, rest, label = listing.parts()
+    full, shown, rest = source_text(make_optimizer).splitlines(), shown.splitlines(), rest.splitlines()
+    marker = '    # ... the kernel (under "Show the rest")'
+    at = shown.index(marker)
+    assert shown[:at] + rest + shown[at + 1:] == full  # nothing lost, nothing added but the marker
+    assert rest[0].lstrip().startswith("# fused:") and "foreach=True" in shown[-1]
+    assert label == "Show the rest of make_optimizer (the kernel)"
+    page = listing._repr_html_()
+    assert "transformer_lib.schedules.make_optimizer" in page and f"<summary>{label}</summary>" in page
+
+
+@pytest.mark.parametrize("first, last", [("# no such line", "return"), ("# fused:", "# no such line"),
+                                         ("return torch.optim.AdamW", "params =")])
+def test_elide_refuses_lines_it_cannot_find(first: str, last: str) -> None:
+    from transformer_lib.schedules import make_optimizer
+
+    with pytest.raises(ValueError, match="no line starts with"):
+        show_source(make_optimizer, elide=(first, last, "x"))

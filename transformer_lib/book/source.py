@@ -247,6 +247,30 @@ def split_class(code: str, methods: tuple[str, ...]) -> tuple[str, str, list[str
     return "\n".join(shown_lines).rstrip() + "\n", "\n".join(rest_lines).rstrip() + "\n", rest_names
 
 
+def split_lines(code: str, first: str, last: str, what: str) -> tuple[str, str]:
+    """A listing in two: ``(shown, rest)``. ``rest`` is the run of lines from the first that starts
+    with ``first`` up to (not including) the last that starts with ``last`` (leading spaces ignored);
+    in ``shown`` one comment line, ``# ... {what} (under "Show the rest")``, stands in for it.
+
+    For a function whose listing mixes what a section discusses with what it does not (how
+    :func:`~transformer_lib.schedules.make_optimizer` picks AdamW's fused or foreach kernel, a matter
+    of speed, next to the parameter groups and the paper's betas that section 5.3 explains).
+
+    Raises:
+        ValueError: ``first`` or ``last`` starts no line, or ``last`` comes before ``first``.
+    """
+    lines = code.splitlines()
+    starts = [line.lstrip() for line in lines]
+    try:
+        i = next(k for k, line in enumerate(starts) if line.startswith(first))
+        j = max(k for k in range(i + 1, len(lines)) if starts[k].startswith(last))  # the last such line
+    except (StopIteration, ValueError):
+        raise ValueError(f"no line starts with {first!r}, then a later one with {last!r}, in the listing") from None
+    indent = lines[i][: len(lines[i]) - len(starts[i])]
+    shown = [*lines[:i], f'{indent}# ... {what} (under "Show the rest")', *lines[j:]]
+    return "\n".join(shown) + "\n", "\n".join(lines[i:j]) + "\n"
+
+
 class Listing:
     """Library source as a notebook output: highlighted HTML, and the code as plain text.
 
@@ -258,25 +282,36 @@ class Listing:
 
     CSS_CLASS = "tt-source"
 
-    def __init__(self, code: str, name: str | None = None, methods: tuple[str, ...] = ()) -> None:
+    def __init__(self, code: str, name: str | None = None, methods: tuple[str, ...] = (),
+                 elide: tuple[str, str, str] | None = None) -> None:
         self.data = code
         self.name = name  # where the code lives, e.g. "transformer_lib.blocks.FeedForward"
         self.methods = tuple(methods)  # a class shown by these methods, the rest behind a toggle
+        self.elide = elide  # (first, last, what): a run of lines behind a toggle (split_lines)
         if self.methods:
             split_class(code, self.methods)  # refuses a name the class does not have, now
+        if self.elide:
+            split_lines(code, *self.elide)  # refuses lines it cannot find, now
+
+    def parts(self) -> tuple[str, str | None, str | None]:
+        """``(shown, hidden, toggle's label)``: what the listing shows, and what its toggle hides."""
+        short = self.name.rsplit(".", 1)[-1] if self.name else "the listing"
+        if self.methods:
+            shown, rest, names = split_class(self.data, self.methods)
+            return (shown, rest, f"Show the rest of {short} ({', '.join(names)})") if names else (shown, None, None)
+        if self.elide:
+            shown, rest = split_lines(self.data, *self.elide)
+            return shown, rest, f"Show the rest of {short} ({self.elide[2]})"
+        return self.data, None, None
 
     def __repr__(self) -> str:
         return self.data
 
     def _repr_html_(self) -> str:
-        if not self.methods:
-            block = self._block(self.data)
-        else:  # the methods the text is about; the rest of the class behind a toggle
-            shown, rest, names = split_class(self.data, self.methods)
-            cls = self.name.rsplit(".", 1)[-1] if self.name else "the class"
-            block = self._block(shown) + (
-                f'<details class="tt-source-rest"><summary>Show the rest of {html.escape(cls)} '
-                f"({html.escape(', '.join(names))})</summary>{self._block(rest)}</details>" if names else "")
+        shown, rest, label = self.parts()  # what the text is about; the rest behind a toggle
+        block = self._block(shown) + (
+            f'<details class="tt-source-rest"><summary>{html.escape(label)}</summary>{self._block(rest)}</details>'
+            if rest else "")
         # The listing says where its code lives: the website shows it without the call that made it.
         caption = (f'<div class="tt-source-name">from <code>{html.escape(self.name)}</code></div>'
                    if self.name else "")
@@ -313,16 +348,18 @@ def _notebook_css() -> str:
 
 
 def show_source(obj: Any, docstring: bool = False, validation: bool = False,
-                methods: tuple[str, ...] = ()) -> Listing:
+                methods: tuple[str, ...] = (), elide: tuple[str, str, str] | None = None) -> Listing:
     """Display the source of a ``transformer_lib`` object, highlighted, without docstrings or checks.
 
     Returns a :class:`Listing` (the notebook displays it as a cell's value); see :func:`source_text`
     for ``docstring`` and ``validation``. ``show_source(f, validation=True)`` shows the checks of the
     arguments too. ``methods``, for a class: the methods the text is about, shown in the class; the
     rest of the class (its constructor, say) is one click away, behind a toggle that names it.
+    ``elide=(first, last, what)``: the run of lines from ``first`` to ``last`` is behind a toggle
+    instead (see :func:`split_lines`).
     """
     return Listing(source_text(obj, docstring=docstring, validation=validation), name=_qualified_name(obj),
-                   methods=tuple(methods))
+                   methods=tuple(methods), elide=tuple(elide) if elide else None)
 
 
 def _qualified_name(obj: Any) -> str | None:

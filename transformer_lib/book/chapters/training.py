@@ -19,7 +19,7 @@ from transformer_lib.config import TransformerConfig
 from transformer_lib.trainer import TrainConfig
 from transformer_lib.vocab import Vocab
 
-__all__ = ["ElidedListing", "ReverseTask", "accumulation_gap", "batch_costs", "elided_source", "full_recipe_run",
+__all__ = ["ReverseTask", "accumulation_gap", "batch_costs", "full_recipe_run",
            "multi30k_words", "reverse_task", "shipped_run"]
 
 
@@ -140,52 +140,3 @@ def accumulation_gap(make_model: Any, parts: list[list[tuple[list[int], list[int
             "micro_batches": len(micro), "target_tokens": whole.n_tokens}
 
 
-@dataclass(frozen=True)
-class ElidedListing:
-    """A library listing with one run of its lines behind a toggle (see :func:`elided_source`)."""
-
-    shown: str
-    rest: str
-    name: str | None
-    summary: str
-
-    def __repr__(self) -> str:
-        return self.shown
-
-    def _repr_html_(self) -> str:
-        import html
-
-        from transformer_lib.book.source import Listing
-
-        return (Listing(self.shown, name=self.name)._repr_html_()
-                + f'<details class="tt-source-rest"><summary>{html.escape(self.summary)}</summary>'
-                + Listing(self.rest)._repr_html_() + "</details>")
-
-
-def elided_source(obj: Any, first: str, last: str, what: str) -> ElidedListing:
-    """``show_source(obj)``, less the lines from the first that starts with ``first`` up to (not
-    including) the last that starts with ``last`` (leading spaces ignored). One comment line,
-    ``# ... {what} (under "Show the rest")``, stands in for them, and they are one click away, behind a toggle.
-
-    For a function whose listing mixes what a section discusses with what it does not (how
-    :func:`~transformer_lib.schedules.make_optimizer` picks AdamW's fused or foreach kernel, a matter
-    of speed, next to the parameter groups and the paper's betas that section 5.3 explains).
-
-    Raises:
-        ValueError: ``first`` or ``last`` starts no line, or ``last`` comes before ``first``.
-    """
-    from transformer_lib.book.source import source_text
-
-    lines = source_text(obj).splitlines()
-    starts = [line.lstrip() for line in lines]
-    try:
-        i = next(k for k, line in enumerate(starts) if line.startswith(first))
-        j = max(k for k in range(i + 1, len(lines)) if starts[k].startswith(last))  # the last such line
-    except (StopIteration, ValueError):
-        raise ValueError(f"no line starts with {first!r}, then a later one with {last!r}, "
-                         f"in the listing of {obj!r}") from None
-    indent = lines[i][: len(lines[i]) - len(starts[i])]
-    name, short = f"{obj.__module__}.{obj.__qualname__}", obj.__qualname__
-    shown = [*lines[:i], f"{indent}# ... {what} (under \"Show the rest\")", *lines[j:]]
-    return ElidedListing("\n".join(shown), "\n".join(lines[i:j]), name,
-                         f"Show the rest of {short} ({what})")
