@@ -30,9 +30,10 @@ $(STAMP): requirements.txt pyproject.toml
 # A section that raises fails the build (nb_execution_raise_on_error in _config.yml).
 # One BLAS thread per process: the chapters' models are small, and on a busy 2-core machine extra
 # threads slow them down several times over (OMP_NUM_THREADS can still be set by the caller).
-# `make book` empties the execution cache first, so it executes every section itself.
+# `make book` empties the execution cache and Sphinx's record of what it read (.doctrees) first, so it
+# reads and executes every section itself, even over an earlier build.
 book: $(STAMP)
-	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock
+	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock _build/.doctrees
 	$(MAKE) --no-print-directory site
 
 # The site, taking each section's outputs from the execution cache (_build/.jupyter_cache) where its
