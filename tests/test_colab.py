@@ -182,8 +182,9 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _colab_runtime(home: Path, view: Path) -> Path:
-    """A new venv that sees only ``view``; returns a folder of kernel specs for a kernel of it."""
+def _colab_runtime(home: Path, view: Path) -> None:
+    """A new venv that sees only ``view``, and the spec of a kernel of it, ``colab``, in ``home/kernels``
+    (nbmake finds it with ``JUPYTER_PATH=home``)."""
     venv.EnvBuilder(with_pip=False).create(home / "venv")
     python = home / "venv" / "bin" / "python"
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -193,7 +194,6 @@ def _colab_runtime(home: Path, view: Path) -> Path:
     kernel.mkdir(parents=True)
     argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     (kernel / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Colab-like", "language": "python"}))
-    return home / "kernels"
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
