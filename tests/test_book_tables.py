@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from transformer_lib.book.tables import MISSING, format_table, show_table
+from transformer_lib.book.tables import MISSING, format_table, number_text, show_table
 
 
 def test_row_numbers_are_not_a_column_and_a_named_index_is_an_ordinary_one() -> None:
@@ -39,6 +39,13 @@ def test_units_names_decimals_booleans_and_missing_values() -> None:
     assert [r[3] for r in rows] == ["✓", "✗", "✓"]
     assert [r[4] for r in rows] == ["0.12", "\u22120.50", "2.00"]
     assert numeric == [True if h != "run" and h != "converged" else False for h in headers]
+
+
+def test_a_value_that_rounds_to_zero_has_no_minus_sign_and_infinities_are_spelt_out() -> None:
+    df = pd.DataFrame({"delta": [-0.004, -0.006, float("-inf"), 0.0]})
+    assert [r[0] for r in format_table(df, decimals={"delta": 2})[1]] == ["0.00", "\u22120.01", "\u2212\u221e", "0.00"]
+    assert number_text(-0.4, 0) == "0" and number_text(-1234.0, 0) == "\u22121,234"
+    assert number_text(float("nan"), 2) == "NaN" and number_text(float("inf"), 1) == "\u221e"
 
 
 def test_nothing_is_truncated_or_elided() -> None:

@@ -24,7 +24,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Table", "format_table", "shape_table", "show_table", "table_html"]
+__all__ = ["Table", "format_table", "number_text", "shape_table", "show_table", "table_html"]
 
 MISSING = "\u2013"  # en dash
 
@@ -116,13 +116,24 @@ def _cell(value: Any, places: int | None, booleans: tuple[str, str]) -> str:
     if isinstance(value, (bool,)) or type(value).__name__ == "bool_":
         return booleans[0] if bool(value) else booleans[1]
     if places is not None and _is_number(value):
-        number = float(value)
-        if math.isinf(number):
-            return "\u221e" if number > 0 else "\u2212\u221e"
-        text = f"{number:,.{places}f}" if places or not float(number).is_integer() or abs(number) >= 1000 \
-            else f"{int(number):,}"
-        return text.replace("-", "\u2212")  # a minus sign, as wide as the plus
+        return number_text(value, places)
     return str(value)
+
+
+def number_text(value: float, places: int) -> str:
+    """A number as a table cell shows it: ``places`` digits after the point, thousands separated,
+    a true minus sign (as wide as the plus), no "\u22120.00" for a value that rounds to zero, and
+    "NaN", "\u221e" and "\u2212\u221e" spelt out."""
+    number = float(value)
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "\u221e" if number > 0 else "\u2212\u221e"
+    text = f"{number:,.{places}f}" if places or not number.is_integer() or abs(number) >= 1000 \
+        else f"{int(number):,}"
+    if float(text.replace(",", "")) == 0:
+        text = text.lstrip("-")
+    return text.replace("-", "\u2212")
 
 
 def table_html(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool],

@@ -6,13 +6,12 @@ is short and padded, sentence 1 fills the batch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from transformer_lib.book.tables import Table
+from transformer_lib.book.tables import Table, number_text
 from transformer_lib.vocab import Vocab
 from transformer_lib.tokenizers import word_splitter
 
@@ -54,17 +53,6 @@ def example_batch() -> ExampleBatch:
     return ExampleBatch(vocab, vocab.pad_id, src, tgt, labels(src), labels(tgt))
 
 
-def _number(value: float, decimals: int) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "\u221e" if value > 0 else "\u2212\u221e"
-    text = f"{value:.{decimals}f}"
-    if float(text) == 0:
-        text = text.lstrip("-")  # no "-0.00"
-    return text.replace("-", "\u2212")  # a minus sign, as wide as the plus
-
-
 def matrix_table(values: torch.Tensor, rows: Sequence[str], columns: Sequence[str], *,
                  corner: str = "", decimals: int = 2, caption: str | None = None) -> Table:
     """A small matrix (weights, scores, a mask) as a table a reader can check by hand, instead of a
@@ -83,6 +71,6 @@ def matrix_table(values: torch.Tensor, rows: Sequence[str], columns: Sequence[st
     if values.dim() != 2 or tuple(values.shape) != (len(rows), len(columns)):
         raise ValueError(f"values of shape {tuple(values.shape)} do not match {len(rows)} row and "
                          f"{len(columns)} column labels")
-    body = [[str(label)] + [_number(float(v), decimals) for v in row]
+    body = [[str(label)] + [number_text(v, decimals) for v in row]
             for label, row in zip(rows, values.tolist())]
     return Table([corner] + [str(c) for c in columns], body, [False] + [True] * len(columns), caption)
