@@ -34,12 +34,31 @@
     }
   }
 
+  // Every element of the area but what is inside a drawing (an SVG, a typeset equation): a chart or an
+  // equation holds thousands of elements, none of which scrolls, and update() runs several times while
+  // a page loads.
+  function boxes(area) {
+    const found = [];
+    const walker = document.createTreeWalker(area, NodeFilter.SHOW_ELEMENT, {
+      acceptNode: function (el) {
+        if (el.localName === "svg") return NodeFilter.FILTER_REJECT;
+        if (el.localName === "mjx-container") {
+          found.push(el);  // the equation's own box may scroll, not its parts
+          return NodeFilter.FILTER_REJECT;
+        }
+        return NodeFilter.FILTER_ACCEPT;
+      },
+    });
+    while (walker.nextNode()) found.push(walker.currentNode);
+    return found;
+  }
+
   function update() {
     const area = document.querySelector(AREA);
     if (!area) return 0;
     // Read every box first, then write: a write between reads would lay the page out again.
     const changes = [];
-    for (const el of area.querySelectorAll(":not(svg):not(svg *):not(mjx-container *)")) {  // not inside drawings
+    for (const el of boxes(area)) {
       if (el.scrollWidth > el.clientWidth + 1 || el.hasAttribute("data-tt-scroll")) changes.push([el, state(el)]);
     }
     changes.forEach(function (c) { apply(c[0], c[1]); });
