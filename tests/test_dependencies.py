@@ -9,11 +9,13 @@ imports, and the training and translation command lines work end to end.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from pyproject_file import read_pyproject
@@ -30,10 +32,15 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
+@functools.cache
+def _packages_distributions() -> Mapping[str, list[str]]:
+    return importlib.metadata.packages_distributions()  # reads every installed distribution's files
+
+
 def _distributions(module: str) -> set[str]:
     """The distributions that install the top-level package of ``module``."""
     top = module.split(".")[0]
-    found = {d.lower().replace("_", "-") for d in importlib.metadata.packages_distributions().get(top, [])}
+    found = {d.lower().replace("_", "-") for d in _packages_distributions().get(top, [])}
     if found:
         return found
     # Python 3.10 reads only top_level.txt, which wheels built without setuptools (jiwer, tokenizers,
