@@ -46,13 +46,15 @@ site: $(STAMP)
 # browser, beside the library's own tests. A failure does not stop the other checks (one run reports
 # everything, and fails if anything failed).
 # The lowest-versions environment (see `lowest`) installs in the background meanwhile (mostly
-# downloads), and its tests run after the library's, beside the browser test.
+# downloads). Its tests start when the first of the two lanes is done (usually the browser's), two
+# at a time: the other lane's last minutes are shared three ways, and no core waits idle at the end.
 test: $(STAMP)
 	status=0; mkdir -p _build; \
 	$(MAKE) --no-print-directory $(LOWEST_VENV)/.installed > _build/lowest-install.log 2>&1 & installing=$$!; \
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory colab || status=$$?; \
 	if ! wait $$installing; then grep -v 'WARNING: Location' _build/lowest-install.log | tail -30; status=1; fi; \
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test unit-lowest PYTEST_WORKERS=1 || status=$$?; \
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test unit lowest \
+	  PYTEST_WORKERS=1 LOWEST_WORKERS=2 || status=$$?; \
 	exit $$status
 
 site-test: site
@@ -87,8 +89,10 @@ LOWEST_VENV := .venv-lowest
 # The book's own tests (by name, or importing transformer_lib.book) need the book's libraries: left out.
 LOWEST_TESTS = $(filter-out tests/test_book% tests/test_colab.py tests/test_site% tests/test_install.py,\
   $(shell grep -L -E '^(from transformer_lib\.book|from transformer_lib import book|import transformer_lib\.book)' tests/test_*.py))
+LOWEST_WORKERS ?= $(PYTEST_WORKERS)
 lowest: $(LOWEST_VENV)/.installed
-	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) $(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider -q $(LOWEST_TESTS)
+	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) $(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider -q \
+	  -n $(LOWEST_WORKERS) $(LOWEST_TESTS)
 
 # requirements-lowest.txt is a complete lock (see its header): --no-deps keeps triton out. torch and its
 # nvidia-* libraries go in one at a time and no wheel is cached, so the disk holds at most one download
