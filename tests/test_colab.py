@@ -242,7 +242,8 @@ def _nbmake(copies: list[Path], folder: Path, runtime: dict[str, Path], workers:
                "--rootdir", str(folder), "--nbmake", "--nbmake-kernel=colab", "--nbmake-timeout=600",
                "--overwrite", f"--junitxml={report}", *(["-n", str(workers)] if workers > 1 else []),
                *(str(c.relative_to(folder)) for c in copies)]
-    env = _clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(runtime["wheelhouse"]), JUPYTER_PATH=str(runtime["home"]))
+    env = _clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(runtime["wheelhouse"]), JUPYTER_PATH=str(runtime["home"]),
+                     TMPDIR=str(runtime["tmp"]))
     run = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     if reporter is not None:  # nbmake's summary (its slowest sections, what failed) in this run's log
         with reporter.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
@@ -329,7 +330,8 @@ def runtime(colab_view: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPat
     python = home / "venv" / "bin" / "python"
     assert _importable(python, ("transformer_lib", *NOT_ON_COLAB, "torch", "pandas", "altair", "spacy")) == [
         "torch", "pandas", "altair", "spacy"], "the fresh runtime has what Colab ships, and nothing else we need"
-    return {"home": home, "python": python, "wheelhouse": wheelhouse}
+    # the sections' TMPDIR, which they must leave as they found it (see the test below)
+    return {"home": home, "python": python, "wheelhouse": wheelhouse, "tmp": tmp_path_factory.mktemp("section-tmp")}
 
 
 @pytest.fixture(scope="module")
@@ -388,3 +390,13 @@ def test_the_set_up_cell_installed_the_library_into_the_runtime(runtime: dict[st
     assert where.returncode == 0, where.stderr[-2000:]
     assert all(str(runtime["home"] / "venv") in path for path in where.stdout.split()), (
         f"the set-up cell installed the library and its dependencies into the runtime: {where.stdout}")
+
+
+def test_the_sections_leave_nothing_in_the_temporary_folder(runtime: dict[str, Path], executed: dict) -> None:
+    """A section's scratch files (5.5's checkpoints) go when its kernel exits: running the book again and
+    again does not fill a reader's /tmp."""
+    # Caches made to be found again, not left behind: PyTorch's compiled kernels (torch.compile, reused
+    # by the next run) and the temporary folders of nbmake's own pytest (which keeps its last three).
+    left = sorted(path.name for path in runtime["tmp"].iterdir()
+                  if not path.name.startswith(("torchinductor_", "pytest-of-")))
+    assert not left, f"the sections left these in their TMPDIR ({runtime['tmp']}): {left}"
