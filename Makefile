@@ -45,12 +45,15 @@ site: $(STAMP)
 # the execution cache; then, on the two cores, the site is built from that cache and checked in the
 # browser, beside the library's own tests. A failure does not stop the other checks (one run reports
 # everything, and fails if anything failed).
-# The lowest-versions environment (see `lowest`) installs in the background meanwhile (mostly
-# downloads). Its tests start when the first of the two lanes is done (usually the browser's), two
-# at a time: the other lane's last minutes are shared three ways, and no core waits idle at the end.
-test: $(STAMP)
+# The lowest-versions environment (see `lowest`) installs in the background from the start, beside
+# .venv's install (both mostly wait on downloads, on one core each) rather than beside the Colab-like
+# run (which keeps both cores busy). Its tests run two at a time, as the third job beside the browser
+# test and the library's tests (make -j2 starts it when one of them frees a slot): every part of
+# this stage keeps the two cores busy, so their order hardly changes when the stage ends.
+test:
 	status=0; mkdir -p _build; \
 	$(MAKE) --no-print-directory $(LOWEST_VENV)/.installed > _build/lowest-install.log 2>&1 & installing=$$!; \
+	if ! $(MAKE) --no-print-directory $(STAMP); then wait $$installing || true; exit 1; fi; \
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory colab || status=$$?; \
 	if ! wait $$installing; then grep -v 'WARNING: Location' _build/lowest-install.log | tail -30; status=1; fi; \
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test unit lowest \
