@@ -50,7 +50,7 @@ import shutil
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,15 +179,6 @@ def _screenshot(page: Any, shot: Path, problems: list[str]) -> Path | None:
     return shot
 
 
-def assert_no_problems(page: str, mode: str, problems: list[str], shot: Path | None) -> None:
-    where = f"\n(screenshot: {shot})" if shot else ""
-    kinds = known_problems(page, mode)
-    new = [p for p in problems if not any(p.startswith(kind) for kind in kinds)]
-    assert not new, f"{page} ({mode}): {len(new)} problem(s):\n- " + "\n- ".join(new) + where
-    if problems:  # only listed ones: not a pass
-        pytest.xfail(f"{page} ({mode}), listed in {KNOWN_PROBLEMS.name}: " + "; ".join(problems))
-
-
 def assert_no_problems_in(page: str, found: dict[str, tuple[list[str], Path | None]]) -> None:
     """``assert_no_problems`` over several checks of one visit (``{mode: (problems, screenshot)}``): every
     new problem of every mode is reported before the test fails."""
@@ -200,6 +191,10 @@ def assert_no_problems_in(page: str, found: dict[str, tuple[list[str], Path | No
     listed = {mode: problems for mode, (problems, _) in found.items() if problems}
     if listed:  # only listed ones: not a pass
         pytest.xfail(f"{page}, listed in {KNOWN_PROBLEMS.name}: {listed}")
+
+
+def assert_no_problems(page: str, mode: str, problems: list[str], shot: Path | None) -> None:
+    assert_no_problems_in(page, {mode: (problems, shot)})
 
 
 # --- the browser, the server, a visit ------------------------------------------------------------
@@ -293,7 +288,7 @@ _CONTEXTS: dict[tuple[int, bool, bool], Any] = {}
 
 def _context(browser: Any, dark: bool, javascript: bool) -> Any:
     key = (id(browser), dark, javascript)
-    if key not in _CONTEXTS or _CONTEXTS[key].browser is not browser or not browser.is_connected():
+    if key not in _CONTEXTS or _CONTEXTS[key].browser is not browser:  # a new browser may reuse an id
         _CONTEXTS[key] = browser.new_context(
             color_scheme="dark" if dark else "light", java_script_enabled=javascript, viewport=VIEWPORT,
             service_workers="block")
@@ -743,10 +738,10 @@ def test_index_redirects_to_the_first_page(browser: Any, site: str) -> None:
 
 
 def light_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], Path | None]:
-    """The checks of a page open in light mode at a laptop's size (see the module's docstring); writes
-    its "light" report and returns ``(problems, screenshot)``."""
+    """Opens ``path`` in ``page`` (light mode, a laptop's size) and checks it (see the module's
+    docstring); writes its "light" report and returns ``(problems, screenshot)``."""
     shot = screenshot_path(path, "light")
-    problems = []
+    problems = open_page(page, record, path)
     math, found = check_math(page)
     problems += found
     problems += wait_for_charts(page)
@@ -920,11 +915,13 @@ def layout_problems(viewport: str, share: dict, clipped: list[dict]) -> list[str
     return problems
 
 
-def layout_check(page: Any, record: Visit, path: str, viewport: str) -> tuple[list[str], Path | None]:
+def layout_check(page: Any, record: Visit, path: str, viewport: str,
+                 problems: Sequence[str] = ()) -> tuple[list[str], Path | None]:
     """The open page at ``viewport`` (``LAYOUT_VIEWPORTS``; resized there, and switched to print media for
     "print"): at most ``MAX_SCREENS`` long, its visible code at most ``MAX_CODE_SHARE`` of it (at a
     laptop's width), and no code, output, table, equation, chart, image or figure cut off (see
-    ``CLIPPED_JS``). Writes the viewport's report and returns ``(problems, screenshot)``: the phone's
+    ``CLIPPED_JS``). Writes the viewport's report, with ``problems`` found before (loading it), and
+    returns ``(problems, screenshot)``: the phone's
     full-page screenshot goes to ``<page>.phone.png``, the printed page to ``<page>.print.pdf``.
 
     Printed after the laptop's measures, the page has its collapsed cells open, as ``CLIPPED_JS``
@@ -940,7 +937,8 @@ def layout_check(page: Any, record: Visit, path: str, viewport: str) -> tuple[li
         elif viewport == "print":
             page.pdf(path=shot, format="A4")
 
-    share, clipped, problems = measure_layout(page, viewport, snapshot if EVERY_SCREENSHOT else None)
+    share, clipped, found = measure_layout(page, viewport, snapshot if EVERY_SCREENSHOT else None)
+    problems = [*problems, *found]
     figures = page.evaluate(FIGURE_SCALES_JS)
     shrunk = [f for f in figures if f["shown"] < MIN_FIGURE_SCALE * f["drawn"]]
     if viewport != "print":  # paper does not scroll: there figures shrink to the page
@@ -990,9 +988,7 @@ def test_page_on_a_laptop_in_light_mode_and_printed(browser: Any, site: str, pat
     """One visit at 1280x900 in light mode: the light-mode checks (``light_mode_checks``), then the
     laptop's layout, then the page printed (``layout_check``)."""
     with visit(browser, site) as (page, record):
-        loading = open_page(page, record, path)
-        problems, shot = light_mode_checks(page, record, path)
-        found = {"light mode": (loading + problems, shot),
+        found = {"light mode": light_mode_checks(page, record, path),
                  "desktop layout": layout_check(page, record, path, "desktop"),
                  "print layout": layout_check(page, record, path, "print")}
     assert_no_problems_in(path, found)
@@ -1001,9 +997,8 @@ def test_page_on_a_laptop_in_light_mode_and_printed(browser: Any, site: str, pat
 @pytest.mark.parametrize("path", PAGES)
 def test_page_on_a_phone(browser: Any, site: str, path: str) -> None:
     with visit(browser, site, viewport=LAYOUT_VIEWPORTS["phone"]) as (page, record):
-        problems = open_page(page, record, path)
-        found, shot = layout_check(page, record, path, "phone")
-    assert_no_problems(path, "phone layout", problems + found, shot)
+        problems, shot = layout_check(page, record, path, "phone", open_page(page, record, path))
+    assert_no_problems(path, "phone layout", problems, shot)
 
 
 @pytest.mark.parametrize("path", CHART_PAGES)
