@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 # Two pytest workers on two cores: one BLAS thread each, or they fight over the cores.
 PYTEST_WORKERS ?= 2
 
-.PHONY: book site test site-test setup checks colab unit unit-lowest lowest python notebooks browser clean
+.PHONY: book site test site-test setup checks colab unit lowest python notebooks browser clean
 
 setup: $(STAMP)
 
@@ -74,10 +74,6 @@ checks: $(STAMP)
 colab: $(STAMP)
 	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock
 	OMP_NUM_THREADS=1 COLAB_WORKERS=$(PYTEST_WORKERS) $(BIN)/python -m pytest tests/test_colab.py
-
-# The library's tests, then the same at the lowest versions it declares.
-unit-lowest: $(STAMP)
-	status=0; $(MAKE) --no-print-directory unit || status=$$?; $(MAKE) --no-print-directory lowest || status=$$?; exit $$status
 
 # The library's tests alone (no chapter executes: tests/test_colab.py is left out).
 unit: $(STAMP)
