@@ -87,7 +87,7 @@ FULL_PROFILE_TRAINING: dict[str, tuple[Training, ...]] = {
                   Training("a caption language model (4 layers, d_model 128)", 8.2837e9, 3000),
                   Training("a masked-word encoder (4 layers, d_model 128)", 8.2837e9, 3000),
                   # section 7.9: the baseline and four options, three seeds each (the options' mean step)
-                  Training("15 reverse-task models (tiny preset)", 8.2413e8, 1600, runs=15)),
+                  Training("15 reverse-task models (tiny preset)", 8.2413e8, 1000, runs=15)),
 }
 
 
