@@ -88,7 +88,7 @@ SITE_CACHE = Path(os.environ.get("BOOK_EXECUTION_CACHE") or ROOT / "_build" / ".
 COLAB_SHIPS = ("torch", "numpy", "pandas", "matplotlib", "altair", "spacy", "tqdm", "ipykernel", "ipython", "pip")
 # The library's dependencies Colab lacks: they must come through the set-up cell's pip install.
 NOT_ON_COLAB = ("sacrebleu", "sacremoses", "tokenizers", "vl_convert")
-# nbmake's workers: two sections at a time on two cores.
+# nbmake's workers (sections at a time): the Makefile's COLAB_WORKERS.
 WORKERS = int(os.environ.get("COLAB_WORKERS", "2"))
 
 pytestmark = pytest.mark.skipif(
@@ -240,7 +240,7 @@ def _nbmake(copies: list[Path], folder: Path, runtime: dict[str, Path], workers:
     report = folder / f"nbmake-{copies[0].parent.name}.xml"
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=", "--durations=10",
                "--rootdir", str(folder), "--nbmake", "--nbmake-kernel=colab", "--nbmake-timeout=600",
-               "--overwrite", f"--junitxml={report}", *(["-n", str(workers)] if workers > 1 else []),
+               "--overwrite", f"--junitxml={report}", *(["-n", str(workers), "--dist", "worksteal"] if workers > 1 else []),
                *(str(c.relative_to(folder)) for c in copies)]
     env = _clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(runtime["wheelhouse"]), JUPYTER_PATH=str(runtime["home"]),
                      TMPDIR=str(runtime["tmp"]))
@@ -346,6 +346,10 @@ def executed(runtime: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
     folder = tmp_path_factory.mktemp("sections")
     copies = {section: _section_copy(section, folder) for section in sections}
     first, *others = sections
+    # The later chapters' sections train and decode the most: they start first, so the last sections
+    # to run are short ones and no worker waits long for the others at the end (``--dist worksteal``
+    # moves what is left to an idle worker).
+    others.sort(key=lambda s: s.split("/")[0], reverse=True)
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     results = _nbmake([copies[first]], folder, runtime, workers=1, reporter=reporter)
     if others:
