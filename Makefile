@@ -15,15 +15,17 @@ STAMP := $(VENV)/.installed
 # Two pytest workers on two cores: one BLAS thread each, or they fight over the cores.
 PYTEST_WORKERS ?= 2
 
-.PHONY: book site test site-test setup checks colab unit lowest python notebooks browser clean
+.PHONY: book site test site-test library setup checks colab unit lowest python notebooks browser clean
 
 setup: $(STAMP)
 
 # requirements.txt installs this checkout (editable) with its [book] and [site] extras, and the test tools.
+# --no-compile: Python compiles a module the first time it is imported, instead of pip compiling every
+# module of every package at install (58 s to install, 32 s without, 2026-11-27).
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
 	touch $(STAMP)
 
 # -W: warnings are errors; -n: nit-picky (every reference must resolve); --keep-going: report all.
@@ -42,23 +44,26 @@ site: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/jupyter-book build . -W -n --keep-going
 
 # Each section executes once: the Colab-like run (two at a time) checks it and stores its outputs in
-# the execution cache; then, on the two cores, the site is built from that cache and checked in the
-# browser, beside the library's own tests. A failure does not stop the other checks (one run reports
-# everything, and fails if anything failed).
+# the execution cache; then two chains share the two cores: the site, built from that cache and
+# checked in the browser; and the library's tests, then the same tests at the lowest versions, each
+# two at a time, so that whatever runs last has both cores (one worker there left a core idle for
+# minutes at the end). A failure does not stop the other checks (one run reports everything, and
+# fails if anything failed).
 # The lowest-versions environment (see `lowest`) installs in the background from the start, beside
 # .venv's install (both mostly wait on downloads, on one core each) rather than beside the Colab-like
-# run (which keeps both cores busy). Its tests run two at a time, as the third job beside the browser
-# test and the library's tests (make -j2 starts it when one of them frees a slot): every part of
-# this stage keeps the two cores busy, so their order hardly changes when the stage ends.
+# run (which keeps both cores busy).
 test:
 	status=0; mkdir -p _build; \
 	$(MAKE) --no-print-directory $(LOWEST_VENV)/.installed > _build/lowest-install.log 2>&1 & installing=$$!; \
 	if ! $(MAKE) --no-print-directory $(STAMP); then wait $$installing || true; exit 1; fi; \
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory colab || status=$$?; \
 	if ! wait $$installing; then grep -v 'WARNING: Location' _build/lowest-install.log | tail -30; status=1; fi; \
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test unit lowest \
-	  PYTEST_WORKERS=1 LOWEST_WORKERS=2 || status=$$?; \
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test library || status=$$?; \
 	exit $$status
+
+# The library's tests, then the same at the lowest versions (a failure in the first still runs the second).
+library:
+	status=0; $(MAKE) --no-print-directory unit || status=$$?; $(MAKE) --no-print-directory lowest || status=$$?; exit $$status
 
 site-test: site
 	$(MAKE) --no-print-directory browser
@@ -77,7 +82,7 @@ colab: $(STAMP)
 
 # The library's tests alone (no chapter executes: tests/test_colab.py is left out).
 unit: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=25 --doctest-modules transformer_lib tests -m "not browser" \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=25 --doctest-modules transformer_lib tests -m "not browser" \
 	  --ignore=tests/test_colab.py
 
 # The library's unit tests at the lowest versions pyproject.toml declares (requirements-lowest.txt pins
@@ -86,12 +91,16 @@ unit: $(STAMP)
 LOWEST_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3.10) python3.10)
 LOWEST_VENV := .venv-lowest
 # The book's own tests (by name, or importing transformer_lib.book) need the book's libraries: left out.
-LOWEST_TESTS = $(filter-out tests/test_book% tests/test_colab.py tests/test_site% tests/test_install.py,\
+# The files with the longest tests come first (the shipped model's test BLEU, the training runs of the
+# command line and of the position options), so that the workers do not end on one long test while
+# the other waits (--dist worksteal hands what is left to an idle worker).
+LOWEST_FIRST := tests/test_pretrained.py tests/test_train_cli.py tests/test_positions.py tests/test_trainer.py
+LOWEST_TESTS = $(LOWEST_FIRST) $(filter-out $(LOWEST_FIRST) tests/test_book% tests/test_colab.py tests/test_site% tests/test_install.py,\
   $(shell grep -L -E '^(from transformer_lib\.book|from transformer_lib import book|import transformer_lib\.book)' tests/test_*.py))
 LOWEST_WORKERS ?= $(PYTEST_WORKERS)
 lowest: $(LOWEST_VENV)/.installed
 	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) $(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider -q \
-	  -n $(LOWEST_WORKERS) $(LOWEST_TESTS)
+	  -n $(LOWEST_WORKERS) --dist worksteal --durations=10 $(LOWEST_TESTS)
 
 # requirements-lowest.txt is a complete lock (see its header): --no-deps keeps triton out. torch and its
 # nvidia-* libraries go in one at a time and no wheel is cached, so the disk holds at most one download
@@ -100,8 +109,8 @@ $(LOWEST_VENV)/.installed: requirements-lowest.txt
 	test -x $(LOWEST_VENV)/bin/python || $(LOWEST_PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_VENV)/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 10), sys.version'
 	for pin in $$(grep -E -o '^(torch|nvidia-)[^ #]*' requirements-lowest.txt); do \
-	  $(LOWEST_VENV)/bin/python -m pip install --quiet --no-cache-dir --no-deps "$$pin"; done
-	$(LOWEST_VENV)/bin/python -m pip install --quiet --no-cache-dir --no-deps -r requirements-lowest.txt
+	  $(LOWEST_VENV)/bin/python -m pip install --quiet --no-cache-dir --no-compile --no-deps "$$pin"; done
+	$(LOWEST_VENV)/bin/python -m pip install --quiet --no-cache-dir --no-compile --no-deps -r requirements-lowest.txt
 	{ $(LOWEST_VENV)/bin/python -m pip check || true; } | { ! grep -v -e 'requires triton' -e '^No broken requirements'; }
 	touch $@
 
