@@ -17,6 +17,8 @@ Sphinx bug, see ``_drop_repeated_inline_scripts``):
    solution", "Show the code"), from the cell's tags; a cell's own ``mystnb.code_prompt_show`` wins.
 5. Numbers every figure that has a caption (myst-nb's ``mystnb.figure`` cell metadata; altair charts
    included), also one without a ``name``: it gets an id, which Sphinx's ``numfig`` needs.
+6. Writes ``favicon.ico`` at the site's root from the book's SVG icon (``html.favicon``), for the pages
+   that name no icon.
 """
 
 from __future__ import annotations
@@ -333,6 +335,30 @@ def with_outputs(notebook: Path, cache: Path) -> str:
     return nbformat.writes(merged)
 
 
+def favicon_ico(svg: str) -> bytes:
+    """The icon as ``favicon.ico``: an ICO file holding one PNG drawn from ``svg`` (vl-convert), 64
+    pixels or so wide. Browsers ask the site's root for it wherever a page names no icon (Jupyter
+    Book's redirecting ``index.html`` names none)."""
+    import struct
+
+    import vl_convert
+
+    png = vl_convert.svg_to_png(svg, scale=2.0)
+    width, height = struct.unpack(">II", png[16:24])  # the PNG's IHDR
+    # ICONDIR (reserved, type 1 = icon, one image), then its ICONDIRENTRY (0 stands for 256 pixels).
+    header = struct.pack("<HHH", 0, 1, 1) + struct.pack(
+        "<BBBBHHII", width % 256, height % 256, 0, 0, 1, 32, len(png), 6 + 16)
+    return header + png
+
+
+def _write_favicon_ico(app: Sphinx, exception: Exception | None) -> None:
+    icon = app.config.html_favicon
+    if exception is not None or app.builder.format != "html" or not icon or not str(icon).endswith(".svg"):
+        return
+    svg = (Path(app.confdir) / icon).read_text(encoding="utf-8")
+    (Path(app.outdir) / "favicon.ico").write_bytes(favicon_ico(svg))
+
+
 SECTIONS_EXTENSION = Path(__file__).resolve().parent.parent / "book" / "_ext" / "book_sections.py"
 
 
@@ -356,6 +382,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # After sphinx-book-theme has made the header buttons (its handlers run at priority 501).
     app.connect("html-page-context", _add_executed_download, priority=502)
     app.connect("build-finished", _copy_executed_notebooks)
+    app.connect("build-finished", _write_favicon_ico)
     app.connect("doctree-resolved", _on_doctree_resolved)
     app.connect("doctree-read", _number_captioned_figures)
     app.add_post_transform(LabelToggles)

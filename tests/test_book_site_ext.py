@@ -155,3 +155,22 @@ def test_the_executed_download_takes_its_outputs_from_the_execution_cache(book_s
     source.cells[1].source = "2 + 2"  # other code: the cache has nothing for it
     nbformat.write(source, written)
     assert book_site.with_outputs(written, cache) == written.read_text(encoding="utf-8")
+
+
+def test_favicon_ico_is_an_icon_file_holding_the_svg_drawn_as_png(book_site: Any) -> None:
+    import io
+    import struct
+
+    from PIL import Image
+
+    svg = (ROOT / "_static" / "favicon.svg").read_text(encoding="utf-8")
+    data = book_site.favicon_ico(svg)
+    reserved, kind, count = struct.unpack("<HHH", data[:6])
+    width, height, _, _, planes, bits, size, offset = struct.unpack("<BBBBHHII", data[6:22])
+    assert (reserved, kind, count, planes, bits, offset) == (0, 1, 1, 1, 32, 22)
+    assert size == len(data) - offset and data[offset:offset + 8] == b"\x89PNG\r\n\x1a\n"
+    icon = Image.open(io.BytesIO(data))  # Pillow reads it as an icon, as a browser would
+    assert icon.format == "ICO" and icon.size == (width, height) and 32 <= width <= 128
+    pixels = icon.convert("RGBA")
+    assert pixels.getpixel((width - 2, 2))[3] == 0  # above the diagonal: transparent (the causal mask)
+    assert pixels.getpixel((width // 8, height - width // 8))[3] == 255  # the bottom-left cell: drawn
