@@ -20,12 +20,13 @@ PYTEST_WORKERS ?= 2
 setup: $(STAMP)
 
 # requirements.txt installs this checkout (editable) with its [book] and [site] extras, and the test tools.
-# --no-compile: Python compiles a module the first time it is imported, instead of pip compiling every
-# module of every package at install (58 s to install, 32 s without, 2026-11-27).
+# pip compiles every module at install (about half of its 60 s here). Not without: where
+# PYTHONDONTWRITEBYTECODE is set (as on this project's machines), a module pip did not compile is
+# compiled again by every process that imports it, and the Colab-like run took a third longer.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
 # -W: warnings are errors; -n: nit-picky (every reference must resolve); --keep-going: report all.
@@ -109,8 +110,8 @@ $(LOWEST_VENV)/.installed: requirements-lowest.txt
 	test -x $(LOWEST_VENV)/bin/python || $(LOWEST_PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_VENV)/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 10), sys.version'
 	for pin in $$(grep -E -o '^(torch|nvidia-)[^ #]*' requirements-lowest.txt); do \
-	  $(LOWEST_VENV)/bin/python -m pip install --quiet --no-cache-dir --no-compile --no-deps "$$pin"; done
-	$(LOWEST_VENV)/bin/python -m pip install --quiet --no-cache-dir --no-compile --no-deps -r requirements-lowest.txt
+	  $(LOWEST_VENV)/bin/python -m pip install --quiet --no-cache-dir --no-deps "$$pin"; done
+	$(LOWEST_VENV)/bin/python -m pip install --quiet --no-cache-dir --no-deps -r requirements-lowest.txt
 	{ $(LOWEST_VENV)/bin/python -m pip check || true; } | { ! grep -v -e 'requires triton' -e '^No broken requirements'; }
 	touch $@
 
