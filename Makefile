@@ -20,9 +20,9 @@ PYTEST_WORKERS ?= 2
 setup: $(STAMP)
 
 # requirements.txt installs this checkout (editable) with its [book] and [site] extras, and the test tools.
-# pip compiles every module at install (about half of its 60 s here). Not without: where
-# PYTHONDONTWRITEBYTECODE is set (as on this project's machines), a module pip did not compile is
-# compiled again by every process that imports it, and the Colab-like run took a third longer.
+# pip compiles every module at install (about half of its 60 s here). Keep it: where
+# PYTHONDONTWRITEBYTECODE is set (as on this project's machines), with --no-compile every process
+# compiled each module it imported again, and the Colab-like run took half as long again.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

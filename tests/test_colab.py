@@ -91,7 +91,8 @@ SITE_CACHE = Path(os.environ.get("BOOK_EXECUTION_CACHE") or ROOT / "_build" / ".
 COLAB_SHIPS = ("torch", "numpy", "pandas", "matplotlib", "altair", "spacy", "tqdm", "ipykernel", "ipython", "pip")
 # The library's dependencies Colab lacks: they must come through the set-up cell's pip install.
 NOT_ON_COLAB = ("sacrebleu", "sacremoses", "tokenizers", "vl_convert")
-# nbmake's workers (sections at a time): the Makefile's COLAB_WORKERS.
+# nbmake's workers, sections at a time (`make colab` passes its PYTEST_WORKERS, two; three on two cores
+# were slower).
 WORKERS = int(os.environ.get("COLAB_WORKERS", "2"))
 
 pytestmark = pytest.mark.skipif(
