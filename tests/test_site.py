@@ -3,9 +3,9 @@ laptop and a phone, and pages a reader finishes.
 
 ``make book`` builds the site into ``_build/html``; these tests serve that folder on a loopback port
 and drive headless Chromium (Debian's ``chromium``; Playwright cannot download a browser here) over
-every page. Each page is visited twice: at a laptop's size (1280x900) in light mode, then printed
-(A4, in the same visit); and at a phone's size (390x844) in dark mode; where it has charts, a third
-time with JavaScript off. What is checked:
+every page. Each page is visited once in all its forms (``test_page_in_dark_and_light_mode_on_a_phone_a_laptop_and_paper``):
+opened at a phone's size (390x844) in dark mode, then turned to light mode at a laptop's size
+(1280x900), then printed (A4); where it has charts, a second time with JavaScript off. What is checked:
 
 - the limits of issue 25, on every page (``layout_check``): at most ``MAX_SCREENS`` screens
   long (12 at 1280x900, 18 at 390x844, in the page's default state: collapsed cells stay collapsed);
@@ -16,6 +16,7 @@ time with JavaScript off. What is checked:
   a box that scrolls sideways with a visible cue; charts always fit, their text included);
 - no request goes to any host but the local server, and every local request succeeds;
 - no console errors and no uncaught exceptions;
+- the theme follows the system's colour scheme, when the page opens and when the scheme changes;
 - every math element is typeset by MathJax, without TeX errors;
 - every altair chart (drawn through ``transformer_lib.book.charts``) is drawn live with marks in it; hovering any
   chart that has tooltips shows one; a bound input (a head picker, say) redraws its chart; chart text
@@ -180,8 +181,15 @@ def _screenshot(page: Any, shot: Path, problems: list[str]) -> Path | None:
     """The page's full-length screenshot at ``shot``, if every page's is wanted or this one has problems."""
     if not (EVERY_SCREENSHOT or problems):
         return None
-    page.screenshot(path=shot, full_page=True, animations="disabled")
+    full_page_screenshot(page, shot)
     return shot
+
+
+def full_page_screenshot(page: Any, shot: Path) -> None:
+    """From the top of the page, nothing focused: scrolled (a chart hovered), the header and sidebar
+    that stick to the window are drawn across the middle of the full-length image."""
+    page.evaluate("() => { if (document.activeElement) document.activeElement.blur(); window.scrollTo(0, 0); }")
+    page.screenshot(path=shot, full_page=True, animations="disabled")
 
 
 def assert_no_problems_in(page: str, found: dict[str, tuple[list[str], Path | None]]) -> None:
@@ -741,10 +749,12 @@ def test_index_redirects_to_the_first_page(browser: Any, site: str) -> None:
 
 
 def light_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], Path | None]:
-    """Opens ``path`` in ``page`` (light mode, a laptop's size) and checks it (see the module's
-    docstring); writes its "light" report and returns ``(problems, screenshot)``."""
+    """Turns the open page ``path`` (seen in dark mode on a phone) to light mode at a laptop's size
+    (``switch``) and checks it (see the module's docstring); writes its "light" report and returns
+    ``(problems, screenshot)``."""
     shot = screenshot_path(path, "light")
-    problems = open_page(page, record, path)
+    before = set(record.problems())  # what the dark-mode checks of this visit reported already
+    problems = switch(page, "desktop", dark=False)
     math, found = check_math(page)
     problems += found
     problems += wait_for_charts(page)
@@ -811,7 +821,7 @@ def light_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], P
         chapters = sorted({chapter_of(n) for n in map(notebook_of, PAGES) if n})
         problems += [f"no Colab badge for chapter {c}" for c in chapters if c not in badged]
 
-    problems += record.problems()
+    problems += [p for p in record.problems() if p not in before]
     shot = _screenshot(page, shot, problems)
     write_report(
         path,
@@ -835,9 +845,9 @@ def light_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], P
 
 
 def dark_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], Path | None]:
-    """Opens ``path`` in ``page`` (of a dark-mode context) and checks it in dark mode: the theme
-    follows the system, text and chart text stand out, no figure stays white; writes its "dark"
-    report and returns ``(problems, screenshot)``."""
+    """Opens ``path`` in ``page`` (of a dark-mode context, at a phone's size) and checks it in dark
+    mode: the theme follows the system, text and chart text stand out, no figure stays white; writes
+    its "dark" report and returns ``(problems, screenshot)``."""
     shot = screenshot_path(path, "dark")
     problems = open_page(page, record, path)
     theme = page.evaluate("() => document.documentElement.dataset.theme")
@@ -880,34 +890,121 @@ def dark_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], Pa
     return problems, shot
 
 
-def measure_layout(page: Any, viewport: str, snapshot: Any = None) -> tuple[dict, list[dict], list[str]]:
-    """Measure a loaded page at ``viewport``: ``(share, clipped, problems)``. ``share``: heights of the
-    page in its default state (screens, code); ``clipped``: what is cut once every toggle is open.
-    ``snapshot()``, if given, is called in between (the page as a reader first sees it)."""
-    problems = check_math(page)[1]  # waits for MathJax: typeset equations have their real width
-    problems += wait_for_charts(page)
-    problems += check_images(page)[1]  # every image loaded (eagerly): the page has its real height
-    if viewport == "print":
-        page.emulate_media(media="print")
+# The page after the system's colour scheme changed: the theme shows it, and every chart drawn is
+# redrawn for it (chart_embed.js watches the theme).
+THEME_SHOWN_JS = """(theme) => document.documentElement.dataset.theme === theme
+  && Array.from(document.querySelectorAll(".tt-altair")).every(b => b.dataset.ttStatus !== "rendered" || b.dataset.ttTheme === theme)"""
+
+
+# After the window is resized: the theme's CSS transitions run to their end (at a laptop's width the
+# primary sidebar slides in over 0.25 s; a chart fitted meanwhile fits a column that is still moving).
+SETTLED_JS = """() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"""
+TRANSITIONS_ENDED_JS = """() => !document.getAnimations().some(a => a instanceof CSSTransition && a.playState === "running")"""
+
+
+def charts_fitted(page: Any, after: str) -> list[str]:
+    """Waits until every chart on show is drawn for its column's width (``CHARTS_FITTED_JS``), once the
+    page's transitions have ended (``TRANSITIONS_ENDED_JS``)."""
+    page.evaluate(SETTLED_JS)  # the new size's styles applied: its transitions have started
+    try:
+        page.wait_for_function(TRANSITIONS_ENDED_JS, timeout=CHART_TIMEOUT_MS)
+        page.wait_for_function(CHARTS_FITTED_JS, timeout=CHART_TIMEOUT_MS)
+    except Exception:  # Playwright's TimeoutError: the charts are measured as they are
+        return [f"charts were not redrawn for their column's width within {CHART_TIMEOUT_MS / 1000:.0f} s of {after}"]
+    return []
+
+
+def switch(page: Any, viewport: str, *, dark: bool) -> list[str]:
+    """The open page at another size (``LAYOUT_VIEWPORTS``) in the other colour scheme, as when a reader
+    turns the system's dark mode off on a wider screen: the theme follows the system (the site's
+    "auto" mode listens to it), and every chart is redrawn for the theme and its column's new width."""
+    theme = "dark" if dark else "light"
+    page.emulate_media(color_scheme=theme)
+    page.set_viewport_size(LAYOUT_VIEWPORTS[viewport])
+    try:
+        page.wait_for_function(THEME_SHOWN_JS, arg=theme, timeout=CHART_TIMEOUT_MS)
+    except Exception:  # Playwright's TimeoutError
+        shown = page.evaluate("() => document.documentElement.dataset.theme")
+        return [f"the page did not follow the system's switch to {theme} mode (data-theme={shown!r}), "
+                "or its charts were not redrawn for it"]
+    return charts_fitted(page, f"the window became {viewport}-sized")
+
+
+@dataclass
+class Layout:
+    """What the layout check found at one viewport (``LAYOUT_VIEWPORTS``) of one visit."""
+
+    viewport: str
+    problems: list[str] = field(default_factory=list)
+    share: dict = field(default_factory=dict)  # heights in the default state (``CODE_SHARE_JS``); not on paper
+    clipped: list[dict] = field(default_factory=list)  # what is cut with every toggle open (``CLIPPED_JS``)
+    shrunk: list[dict] = field(default_factory=list)  # figures shown under MIN_FIGURE_SCALE of their size
+    shot: Path | None = None
+
+    def resize(self, page: Any) -> None:
+        if page.viewport_size != LAYOUT_VIEWPORTS[self.viewport]:
+            page.set_viewport_size(LAYOUT_VIEWPORTS[self.viewport])
+            self.problems += charts_fitted(page, f"the window became {self.viewport}-sized")
+
+    def snapshot(self, page: Any, path: str) -> None:
+        """The phone's full-page screenshot (``<page>.phone.png``), the printed page (``<page>.print.pdf``)."""
+        if self.viewport == "phone":
+            self.shot = screenshot_path(path, "phone")
+            full_page_screenshot(page, self.shot)
+        elif self.viewport == "print":
+            self.shot = screenshot_path(path, "print").with_suffix(".pdf")
+            page.pdf(path=self.shot, format="A4")
+
+
+def measure_default(page: Any, record: Visit, path: str, layout: Layout) -> None:
+    """The open page at ``layout``'s viewport in its default state (collapsed cells collapsed, as a
+    reader first sees it): its heights (``CODE_SHARE_JS``). Every page's phone screenshot is taken
+    here (``EVERY_SCREENSHOT``)."""
+    before = set(record.problems())
+    layout.resize(page)
+    layout.problems += check_math(page)[1]  # waits for MathJax: typeset equations have their real width
+    layout.problems += wait_for_charts(page)
+    layout.problems += check_images(page)[1]  # every image loaded (eagerly): the page has its real height
     share = page.evaluate(CODE_SHARE_JS)
     share["screens"] = share["document"] / share["window"]
     share["code_share"] = share["code"] / max(share["page"], 1)
-    if snapshot is not None:
-        snapshot()
+    layout.share = share
+    if EVERY_SCREENSHOT:
+        layout.snapshot(page, path)
+    layout.problems += [p for p in record.problems() if p not in before]
+
+
+def measure_opened(page: Any, record: Visit, path: str, layout: Layout) -> None:
+    """The open page at ``layout``'s viewport (in print media for "print") with every toggle open
+    (machinery a reader opens must fit too): what is cut (``CLIPPED_JS``) and, on screen, the figures
+    shown so small that their text is unreadable; then the problems of issue 25's limits. A page-size
+    with a problem gets its screenshot (phone) or PDF (print) now, as it was measured."""
+    before = set(record.problems())
+    layout.resize(page)
+    if layout.viewport == "print":
+        page.emulate_media(media="print")
     page.evaluate(OPEN_COLLAPSED_JS)
-    try:
-        page.wait_for_function(CHARTS_FITTED_JS, timeout=CHART_TIMEOUT_MS)
-    except Exception:  # Playwright's TimeoutError: the charts are measured as they are
-        problems.append("charts were not redrawn for their column's width within "
-                        f"{CHART_TIMEOUT_MS / 1000:.0f} s of opening the collapsed cells")
+    layout.problems += charts_fitted(page, "opening the collapsed cells")
     page.evaluate(OPEN_COLLAPSED_JS)  # again: redrawn charts may have changed what scrolls
-    clipped = page.evaluate(CLIPPED_JS, {"paper": viewport == "print"})
-    return share, clipped, problems
+    layout.clipped = page.evaluate(CLIPPED_JS, {"paper": layout.viewport == "print"})
+    figures = page.evaluate(FIGURE_SCALES_JS)
+    layout.shrunk = [f for f in figures if f["shown"] < MIN_FIGURE_SCALE * f["drawn"]]
+    if layout.viewport != "print":  # paper does not scroll: there figures shrink to the page
+        layout.problems += [
+            f"figure drawn {f['drawn']} px wide, shown at {f['shown']} px: its text is under ~9 px ({f['text']})"
+            for f in layout.shrunk
+        ]
+    layout.problems += layout_problems(layout.viewport, layout.share, layout.clipped)
+    layout.problems += [p for p in record.problems() if p not in before]
+    if layout.problems and not EVERY_SCREENSHOT:
+        layout.snapshot(page, path)
+    if layout.viewport == "print" and EVERY_SCREENSHOT:
+        layout.snapshot(page, path)
 
 
 def layout_problems(viewport: str, share: dict, clipped: list[dict]) -> list[str]:
     """What the limits of issue 25 say about a page's measurements (see ``MAX_SCREENS``,
-    ``MAX_CODE_SHARE`` and ``CLIPPED_JS``)."""
+    ``MAX_CODE_SHARE`` and ``CLIPPED_JS``); ``share`` is empty on paper."""
     problems = []
     limit = MAX_SCREENS.get(viewport)
     if limit is not None and share["screens"] > limit:
@@ -920,47 +1017,12 @@ def layout_problems(viewport: str, share: dict, clipped: list[dict]) -> list[str
     return problems
 
 
-def layout_check(page: Any, record: Visit, path: str, viewport: str,
-                 problems: Sequence[str] = ()) -> tuple[list[str], Path | None]:
-    """The open page at ``viewport`` (``LAYOUT_VIEWPORTS``; resized there, and switched to print media for
-    "print"): at most ``MAX_SCREENS`` long, its visible code at most ``MAX_CODE_SHARE`` of it (at a
-    laptop's width), and no code, output, table, equation, chart, image or figure cut off (see
-    ``CLIPPED_JS``). Writes the viewport's report, with ``problems`` found before (loading it), and
-    returns ``(problems, screenshot)``: the phone's
-    full-page screenshot goes to ``<page>.phone.png``, the printed page to ``<page>.print.pdf``.
-
-    Printed after the laptop's measures, the page has its collapsed cells open, as ``CLIPPED_JS``
-    measures every page on paper (and the PDF shows them open)."""
-    shot = {"phone": screenshot_path(path, "phone"), "print": screenshot_path(path, "print").with_suffix(".pdf")}.get(viewport)
-    before = set(record.problems())  # what an earlier check of this visit has reported already
-    if page.viewport_size != LAYOUT_VIEWPORTS[viewport]:
-        page.set_viewport_size(LAYOUT_VIEWPORTS[viewport])
-
-    def snapshot() -> None:
-        if viewport == "phone":
-            page.screenshot(path=shot, full_page=True, animations="disabled")
-        elif viewport == "print":
-            page.pdf(path=shot, format="A4")
-
-    share, clipped, found = measure_layout(page, viewport, snapshot if EVERY_SCREENSHOT else None)
-    problems = [*problems, *found]
-    figures = page.evaluate(FIGURE_SCALES_JS)
-    shrunk = [f for f in figures if f["shown"] < MIN_FIGURE_SCALE * f["drawn"]]
-    if viewport != "print":  # paper does not scroll: there figures shrink to the page
-        problems += [
-            f"figure drawn {f['drawn']} px wide, shown at {f['shown']} px: its text is under ~9 px ({f['text']})"
-            for f in shrunk
-        ]
-    problems += layout_problems(viewport, share, clipped)
-    problems += [p for p in record.problems() if p not in before]
-    if shot and not EVERY_SCREENSHOT:
-        if problems:
-            snapshot()
-        else:
-            shot = None
-    # On paper only what is cut counts: there the page is measured with its collapsed cells open, and its
-    # heights would not be the page a reader first sees.
-    heights = {} if viewport == "print" else {
+def report_layout(path: str, layout: Layout) -> tuple[list[str], Path | None]:
+    """Writes the viewport's report; returns ``(problems, screenshot)``. On paper only what is cut
+    counts: the page is measured there with its collapsed cells open, and its heights would not be the
+    page a reader first sees."""
+    share = layout.share
+    heights = {} if layout.viewport == "print" else {
         "screens": round(share["screens"], 2),
         "document_px": round(share["document"]),
         "page_px": round(share["page"]),
@@ -974,39 +1036,43 @@ def layout_check(page: Any, record: Visit, path: str, viewport: str,
     }
     write_report(
         path,
-        viewport,
+        layout.viewport,
         {
-            "viewport": LAYOUT_VIEWPORTS[viewport],
+            "viewport": LAYOUT_VIEWPORTS[layout.viewport],
             **heights,
-            "clipped": clipped,
-            "shrunk_figures": shrunk,
-            "blocked": record.blocked,
-            "problems": problems,
-            "screenshot": shown_path(shot) if shot else None,
+            "clipped": layout.clipped,
+            "shrunk_figures": layout.shrunk,
+            "problems": layout.problems,
+            "screenshot": shown_path(layout.shot) if layout.shot else None,
         },
     )
-    return problems, shot
+    return layout.problems, layout.shot
 
 
 @pytest.mark.parametrize("path", PAGES)
-def test_page_on_a_laptop_in_light_mode_and_printed(browser: Any, site: str, path: str) -> None:
-    """One visit at 1280x900 in light mode: the light-mode checks (``light_mode_checks``), then the
-    laptop's layout, then the page printed (``layout_check``)."""
-    with visit(browser, site) as (page, record):
-        found = {"light mode": light_mode_checks(page, record, path),
-                 "desktop layout": layout_check(page, record, path, "desktop"),
-                 "print layout": layout_check(page, record, path, "print")}
-    assert_no_problems_in(path, found)
+def test_page_in_dark_and_light_mode_on_a_phone_a_laptop_and_paper(browser: Any, site: str, path: str) -> None:
+    """One visit a page, as a reader whose system turns from dark to light on a wider screen:
 
+    1. opened at a phone's size (390x844) in dark mode: the dark-mode checks (``dark_mode_checks``), and
+       the phone's heights as a reader first sees the page (``measure_default``);
+    2. the system switched to light mode and the window to a laptop's size (1280x900): the light-mode
+       checks (``light_mode_checks``), and the laptop's heights;
+    3. every toggle opened: what is cut at the laptop's size, the phone's and on paper (A4, print media;
+       ``measure_opened``).
 
-@pytest.mark.parametrize("path", PAGES)
-def test_page_on_a_phone_in_dark_mode(browser: Any, site: str, path: str) -> None:
-    """One visit at 390x844 in dark mode: the dark-mode checks (``dark_mode_checks``), then the phone's
-    layout (``layout_check``). Colours do not change the layout, nor widths the colours: one visit
-    checks both (a visit of its own for each cost about a sixth of the browser test's time)."""
+    Colours do not change the layout, nor widths the colours; a resized page lays out as one loaded at
+    that size (its charts are redrawn for their column's width, the scroll cues updated). A visit per
+    size and scheme (three until 2026-11-27, then two) cost a page load each: about 1.3 s of a page's
+    3.6 s in the browser test."""
     with visit(browser, site, dark=True, viewport=LAYOUT_VIEWPORTS["phone"]) as (page, record):
-        found = {"dark mode": dark_mode_checks(page, record, path),
-                 "phone layout": layout_check(page, record, path, "phone")}
+        found = {"dark mode": dark_mode_checks(page, record, path)}
+        phone, desktop, paper = Layout("phone"), Layout("desktop"), Layout("print")
+        measure_default(page, record, path, phone)
+        found["light mode"] = light_mode_checks(page, record, path)
+        measure_default(page, record, path, desktop)
+        for layout in (desktop, phone, paper):
+            measure_opened(page, record, path, layout)
+            found[f"{layout.viewport} layout"] = report_layout(path, layout)
     assert_no_problems_in(path, found)
 
 
