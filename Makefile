@@ -99,9 +99,13 @@ LOWEST_FIRST := tests/test_pretrained.py tests/test_train_cli.py tests/test_posi
 LOWEST_TESTS = $(LOWEST_FIRST) $(filter-out $(LOWEST_FIRST) tests/test_book% tests/test_colab.py tests/test_site% tests/test_install.py,\
   $(shell grep -L -E '^(from transformer_lib\.book|from transformer_lib import book|import transformer_lib\.book)' tests/test_*.py))
 LOWEST_WORKERS ?= $(PYTEST_WORKERS)
+# Left out at the lowest versions: the shipped model's test BLEU with beam search (24 s of decoding).
+# There the shipped file's numbers are checked by its greedy test BLEU over the same 1,000 sentences
+# (the same loading, model and sacrebleu), and beam search itself by tests/test_decoding.py.
+LOWEST_DESELECT := "tests/test_pretrained.py::test_the_shipped_file_reproduces_its_recorded_test_bleu[chosen]"
 lowest: $(LOWEST_VENV)/.installed
 	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) $(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider -q \
-	  -n $(LOWEST_WORKERS) --dist worksteal --durations=10 $(LOWEST_TESTS)
+	  -n $(LOWEST_WORKERS) --dist worksteal --durations=10 --deselect $(LOWEST_DESELECT) $(LOWEST_TESTS)
 
 # requirements-lowest.txt is a complete lock (see its header): --no-deps keeps triton out. torch and its
 # nvidia-* libraries go in one at a time and no wheel is cached, so the disk holds at most one download
