@@ -1117,8 +1117,11 @@ def test_search_finds_every_page_by_its_title(browser: Any, site: str) -> None:
             title = _page_title(path)
             if i == 0:  # as a reader searches: the search page reads its query from the address
                 page.goto(f"{site}search.html?q={quote(title)}")
-            else:  # then the same search code on the loaded page, without loading it again for each title
-                page.evaluate("(q) => { document.getElementById('search-results').replaceChildren();"
+            else:  # then the same search code on the loaded page, without loading it again for each title,
+                # and without the snippets: for those Sphinx fetches every page found (most pages, for
+                # most titles), which the first search has shown to work
+                page.evaluate("(q) => { DOCUMENTATION_OPTIONS.SHOW_SEARCH_SUMMARY = false;"
+                              " document.getElementById('search-results').replaceChildren();"
                               " Search.performSearch(q); }", title)
             page.wait_for_function(
                 "() => (document.querySelector('#search-results .search-summary') || {}).textContent",
@@ -1128,8 +1131,10 @@ def test_search_finds_every_page_by_its_title(browser: Any, site: str) -> None:
             assert any(href.split("#")[0].endswith(path) for href in found), (
                 f"searching for {title!r} did not find {path} (found {found})"
             )
+            if i > 0:
+                continue
             # Sphinx fetches each page result for its snippet (p.context) after the summary line is
-            # written; the next search's goto would abort those fetches (net::ERR_ABORTED).
+            # written: every result shows one (a request aborted by the next search would fail the test).
             page.wait_for_function(
                 "() => Array.from(document.querySelectorAll('#search-results ul.search li'))"
                 ".every(li => li.querySelector(':scope > span, p.context'))",
