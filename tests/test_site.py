@@ -7,7 +7,7 @@ every page. Each page is visited once in all its forms (``test_page_in_dark_and_
 opened at a phone's size (390x844) in dark mode, then turned to light mode at a laptop's size
 (1280x900), then printed (A4); where it has charts, a second time with JavaScript off. What is checked:
 
-- the limits of issue 25, on every page (``layout_check``): at most ``MAX_SCREENS`` screens
+- the limits of issue 25, on every page (``measure_default``, ``measure_opened``): at most ``MAX_SCREENS`` screens
   long (12 at 1280x900, 18 at 390x844, in the page's default state: collapsed cells stay collapsed);
   everything set as code on show (cell inputs, ``show_source`` listings, code in the prose, printed text
   outputs) at most ``MAX_CODE_SHARE``
@@ -51,7 +51,7 @@ import shutil
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -996,10 +996,8 @@ def measure_opened(page: Any, record: Visit, path: str, layout: Layout) -> None:
         ]
     layout.problems += layout_problems(layout.viewport, layout.share, layout.clipped)
     layout.problems += [p for p in record.problems() if p not in before]
-    if layout.problems and not EVERY_SCREENSHOT:
-        layout.snapshot(page, path)
-    if layout.viewport == "print" and EVERY_SCREENSHOT:
-        layout.snapshot(page, path)
+    if (layout.problems and not EVERY_SCREENSHOT) or (EVERY_SCREENSHOT and layout.viewport == "print"):
+        layout.snapshot(page, path)  # every page's phone screenshot is taken in its default state
 
 
 def layout_problems(viewport: str, share: dict, clipped: list[dict]) -> list[str]:
