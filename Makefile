@@ -44,22 +44,27 @@ book: $(STAMP)
 site: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/jupyter-book build . -W -n --keep-going
 
-# Each section executes once: the Colab-like run (two at a time) checks it and stores its outputs in
-# the execution cache; then two chains share the two cores: the site, built from that cache and
-# checked in the browser; and the library's tests, then the same tests at the lowest versions, each
-# two at a time, so that whatever runs last has both cores (one worker there left a core idle for
-# minutes at the end). A failure does not stop the other checks (one run reports everything, and
-# fails if anything failed).
-# The lowest-versions environment (see `lowest`) installs in the background from the start, beside
-# .venv's install (both mostly wait on downloads, on one core each) rather than beside the Colab-like
-# run (which keeps both cores busy).
+# Each section executes once. Three stages, each keeping both cores busy:
+#   1. .venv's install, and beside it the lowest-versions environment's (see `lowest`): both mostly
+#      wait on downloads;
+#   2. the Colab-like run (two sections at a time), which checks every section and stores its outputs in
+#      the execution cache; beside it, once their environment is installed, the library's tests at the
+#      lowest versions, in one process (the Colab-like run alone left a core idle for about a minute in
+#      all: its first section runs alone while it installs the library, and its last sections end one
+#      by one; a second worker would only collect the tests again);
+#   3. the site, built from that cache and checked in the browser, beside the library's tests (two
+#      workers: whatever runs last has both cores).
+# A failure does not stop the other checks (one run reports everything, and fails if anything failed).
+# The lowest-versions log (_build/lowest.log) is printed at the end.
 test:
 	status=0; mkdir -p _build; \
-	$(MAKE) --no-print-directory $(LOWEST_VENV)/.installed > _build/lowest-install.log 2>&1 & installing=$$!; \
-	if ! $(MAKE) --no-print-directory $(STAMP); then wait $$installing || true; exit 1; fi; \
+	$(MAKE) --no-print-directory lowest LOWEST_WORKERS=0 > _build/lowest.log 2>&1 & lowest=$$!; \
+	if ! $(MAKE) --no-print-directory $(STAMP); then wait $$lowest || true; exit 1; fi; \
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory colab || status=$$?; \
-	if ! wait $$installing; then grep -v 'WARNING: Location' _build/lowest-install.log | tail -30; status=1; fi; \
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test library || status=$$?; \
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test unit || status=$$?; \
+	wait $$lowest || status=1; \
+	echo "=== the library's tests at the lowest versions (make lowest, beside the Colab-like run):"; \
+	{ grep -v 'WARNING: Location' _build/lowest.log || true; }; \
 	exit $$status
 
 # The library's tests, then the same at the lowest versions (a failure in the first still runs the second).
