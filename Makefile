@@ -51,30 +51,30 @@ book: $(STAMP)
 site: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/jupyter-book build . -W -n --keep-going
 
-# Each section executes once. After .venv's install, two stages, each keeping both cores busy:
-#   1. the Colab-like run (two sections at a time), which checks every section and stores its outputs in
-#      the execution cache; beside it, the lowest-versions environment's install and then the library's
-#      tests at those versions, in one process (the Colab-like run alone left a core idle for about a
-#      minute in all: its first section runs alone while it installs the library, and its last sections
-#      end one by one; a second worker would only collect the tests again);
-#   2. the site, built from that cache and checked in the browser, beside the library's tests (two
-#      workers: whatever runs last has both cores).
-# (The two installs at once had made .venv's, which everything waits for, take three times as long.)
+# Each section executes once. After .venv's install, two jobs share the two cores:
+#   - the Colab-like run (two sections at a time), which checks every section and stores its outputs in
+#     the execution cache; then the site, built from that cache and checked in the browser;
+#   - beside it, the library's tests (`library`): first at the lowest versions, installing their
+#     environment, in one process; then at .venv's, two workers.
+# The Colab-like run alone leaves a core idle for about a minute in all (its first section runs alone
+# while it installs the library, and its last sections end one by one), and the browser test keeps
+# about 1.4 cores busy: the library's tests fill both. (The two installs at once had made .venv's, which
+# everything waits for, take three times as long.)
 # A failure does not stop the other checks (one run reports everything, and fails if anything failed).
-# The lowest-versions log (_build/lowest.log) is printed at the end.
+# The library's tests write to _build/library.log, printed at the end.
 test: $(STAMP)
 	status=0; mkdir -p _build; \
-	$(MAKE) --no-print-directory lowest LOWEST_WORKERS=0 > _build/lowest.log 2>&1 & lowest=$$!; \
+	$(MAKE) --no-print-directory library LOWEST_WORKERS=0 > _build/library.log 2>&1 & library=$$!; \
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory colab || status=$$?; \
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 -k --output-sync=target site-test unit || status=$$?; \
-	wait $$lowest || status=1; \
-	echo "=== the library's tests at the lowest versions (make lowest, beside the Colab-like run):"; \
-	{ grep -v 'WARNING: Location' _build/lowest.log || true; }; \
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory site-test || status=$$?; \
+	wait $$library || status=1; \
+	echo "=== the library's tests, at the lowest versions and at .venv's (make library, beside the above):"; \
+	{ grep -v 'WARNING: Location' _build/library.log || true; }; \
 	exit $$status
 
-# The library's tests, then the same at the lowest versions (a failure in the first still runs the second).
+# The library's tests at the lowest versions, then at .venv's (a failure in the first still runs the second).
 library:
-	status=0; $(MAKE) --no-print-directory unit || status=$$?; $(MAKE) --no-print-directory lowest || status=$$?; exit $$status
+	status=0; $(MAKE) --no-print-directory lowest || status=$$?; $(MAKE) --no-print-directory unit || status=$$?; exit $$status
 
 site-test: site
 	$(MAKE) --no-print-directory browser
