@@ -1,8 +1,8 @@
 # The two commands of this project (see README.md):
 #   make book   build the website into _build/html, executing every chapter
 #   make test   every check: every section run as on Colab (tests/test_colab.py, nbmake), then the
-#               unit, reference and property tests (and again at the lowest declared versions, on
-#               Python 3.10) beside the site built from those runs and a headless browser over it
+#               site built from those runs and a headless browser over it; beside them the unit,
+#               reference and property tests, at the lowest declared versions (Python 3.10) and at .venv's
 # Both create .venv and install everything on first use. A torch already in .venv is kept, so a
 # CPU-only machine can pre-install the CPU build of PyTorch (see README, and .ci/run).
 
