@@ -130,6 +130,7 @@ def test_attention_maps_are_causal_per_layer() -> None:
     assert all(torch.equal(m.triu(1), torch.zeros_like(m)) for m in maps)
 
 
+@pytest.mark.end_to_end
 def test_decoder_only_learns_to_continue_with_the_reversal() -> None:
     # One sequence holds the task: x_1 .. x_n <bos> x_n .. x_1 <eos>; the loss counts the answer.
     torch.manual_seed(0)

@@ -255,6 +255,7 @@ def test_two_processes_accumulate_the_gradient_of_one_on_the_whole_batches(two_p
 # --- the command line under torchrun -------------------------------------------------------------
 
 
+@pytest.mark.end_to_end
 def test_cli_under_torchrun_resumes_a_one_process_run_with_two(tmp_path: Path) -> None:
     """One process trains 4 steps; ``torchrun --nproc-per-node 2`` continues the same run to 8."""
     common = ["--task", "reverse", "--n-train", "400", "--n-heldout", "64", "--longest", "5", "--no-progress",

@@ -60,6 +60,7 @@ def test_a_signal_saves_a_checkpoint_says_one_line_and_exits_128_plus_the_signal
     assert json.loads((out / "metrics.json").read_text())["steps"] == step
 
 
+@pytest.mark.end_to_end
 def test_the_same_command_resumes_where_the_signal_stopped_it(tmp_path: Path) -> None:
     out = tmp_path / "run"
     process = _start(out)

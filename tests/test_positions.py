@@ -373,6 +373,7 @@ def test_config_rejects_bad_positional_choices() -> None:
 # --- They train -------------------------------------------------------------------------------
 
 
+@pytest.mark.end_to_end
 @pytest.mark.parametrize("positional", IN_ATTENTION)
 def test_each_option_learns_to_reverse_short_sequences(positional: str) -> None:
     # Reversal needs positions: without them the decoder cannot tell which source token comes next.

@@ -30,6 +30,7 @@ FIXTURE_SHA256 = {line.split()[1]: line.split()[0] for line in (FIXTURE / "SHA25
 SMALL_REVERSE = ["--task", "reverse", "--n-train", "4000", "--n-heldout", "300", "--longest", "6", "--max-steps", "600", "--no-progress"]
 
 
+@pytest.mark.end_to_end
 def test_cli_trains_reverse_to_100_percent_on_held_out_sequences(tmp_path: Path) -> None:
     metrics = train.main([*SMALL_REVERSE, "--out", str(tmp_path), "--device", "cpu"])
     assert metrics["final"]["val"]["exact_match"] == 1.0  # all 300 never-seen sequences reversed exactly
