@@ -174,3 +174,20 @@ def test_favicon_ico_is_an_icon_file_holding_the_svg_drawn_as_png(book_site: Any
     pixels = icon.convert("RGBA")
     assert pixels.getpixel((width - 2, 2))[3] == 0  # above the diagonal: transparent (the causal mask)
     assert pixels.getpixel((width // 8, height - width // 8))[3] == 255  # the bottom-left cell: drawn
+
+
+def test_the_layout_filters_drop_the_themes_scripts_and_refuse_a_block_without_them(book_site: Any) -> None:
+    # The tags as pydata-sphinx-theme writes them (its webpack macros and its layout's extrahead block).
+    css = ('<link href="../_static/styles/theme.css?digest=1" rel="stylesheet" />\n'
+           '  <script defer src="../_static/scripts/fontawesome.js?digest=1"></script>\n'
+           '  <link rel="preload" as="script" href="../_static/scripts/bootstrap.js?digest=1" />')
+    head = ('<meta name="viewport" content="width=device-width, initial-scale=1"/>\n'
+            '    <script src="../_static/searchtools.js"></script>\n'
+            '    <script src="../_static/language_data.js"></script>\n'
+            '    <script src="../searchindex.js"></script>\n')
+    kept_css = book_site._dropping(book_site.FONTAWESOME_JS, "fontawesome.js")(css)
+    kept_head = book_site._dropping(book_site.SEARCH_SCRIPTS, "search script")(head)
+    assert "fontawesome" not in kept_css and "theme.css" in kept_css and "bootstrap.js" in kept_css
+    assert "<script" not in kept_head and 'name="viewport"' in kept_head
+    with pytest.raises(ValueError, match="fontawesome.js"):
+        book_site._dropping(book_site.FONTAWESOME_JS, "fontawesome.js")(kept_css)

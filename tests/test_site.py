@@ -18,6 +18,8 @@ opened at a phone's size (390x844) in dark mode, then turned to light mode at a 
 - no console errors and no uncaught exceptions;
 - the theme follows the system's colour scheme, when the page opens and when the scheme changes;
 - every math element is typeset by MathJax, without TeX errors;
+- every icon of the theme is drawn from Font Awesome's web font, and no page but search.html loads the
+  scripts ``_templates/layout.html`` leaves out (``fontawesome.js``, the search scripts and index);
 - every altair chart (drawn through ``transformer_lib.book.charts``) is drawn live with marks in it; hovering any
   chart that has tooltips shows one; a bound input (a head picker, say) redraws its chart; chart text
   stands out from what is behind it, in light and in dark mode; with JavaScript off, the static SVG shows;
@@ -368,6 +370,24 @@ MATH_JS = """async () => {
   return {count: maths.length, loaded: true, bad: bad.map(m => m.textContent.trim().slice(0, 80))};
 }"""
 
+# The theme's icons, drawn by its CSS from Font Awesome's web font, and the scripts
+# _templates/layout.html leaves out (fontawesome.js, which would redraw the icons as SVG; the search
+# scripts, which only search.html uses): which of them the page loads, how many icons it shows, and
+# those drawn blank (no glyph of that font before them, or no width).
+ICONS_JS = """async () => {
+  await document.fonts.ready;
+  const scripts = Array.from(document.scripts).map(s => s.getAttribute("src") || "")
+    .filter(src => /(^|\\/)(fontawesome|searchtools|language_data|searchindex)\\.js/.test(src));
+  const icons = Array.from(document.querySelectorAll("i[class*='fa-'], span[class*='fa-']"))
+    .filter(e => e.getClientRects().length > 0);
+  const blank = icons.filter(e => {
+    const glyph = getComputedStyle(e, "::before");
+    return !/^"./.test(glyph.content) || !/Font Awesome/.test(glyph.fontFamily) || e.getBoundingClientRect().width === 0;
+  }).map(e => e.className);
+  const loaded = Array.from(document.fonts).filter(f => /Font Awesome/.test(f.family) && f.status === "loaded").length;
+  return {scripts, icons: icons.length, blank, loaded};
+}"""
+
 IMAGES_JS = """async () => {
   const images = Array.from(document.images).filter(i => i.getAttribute("src"));
   images.forEach(i => { i.loading = "eager"; });
@@ -642,6 +662,18 @@ def check_math(page: Any) -> tuple[dict, list[str]]:
     return math, problems
 
 
+def check_icons(page: Any, path: str) -> list[str]:
+    """The icons drawn from the web font, and none of the scripts _templates/layout.html leaves out
+    (search.html loads the search scripts itself)."""
+    icons = page.evaluate(ICONS_JS)
+    scripts = [s for s in icons["scripts"] if path != "search.html" or "fontawesome" in s]
+    problems = [f"the page loads {s}, which _templates/layout.html leaves out" for s in scripts]
+    if icons["icons"] and not icons["loaded"]:
+        problems.append(f"{icons['icons']} icons shown, but no Font Awesome web font loaded")
+    problems += [f"icon drawn blank: {name}" for name in icons["blank"]]
+    return problems
+
+
 def check_images(page: Any) -> tuple[dict, list[str]]:
     images = page.evaluate(IMAGES_JS)
     return images, [f"image did not load: {src}" for src in images["broken"]]
@@ -846,7 +878,8 @@ def light_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], P
 
 def dark_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], Path | None]:
     """Opens ``path`` in ``page`` (of a dark-mode context, at a phone's size) and checks it in dark
-    mode: the theme follows the system, text and chart text stand out, no figure stays white; writes
+    mode: the theme follows the system, its icons are drawn (``check_icons``), text and chart text stand
+    out, no figure stays white; writes
     its "dark" report and returns ``(problems, screenshot)``."""
     shot = screenshot_path(path, "dark")
     problems = open_page(page, record, path)
@@ -856,6 +889,7 @@ def dark_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], Pa
     body = page.evaluate(BODY_CONTRAST_JS)
     if body < MIN_CONTRAST:
         problems.append(f"body text contrast {body:.1f} < {MIN_CONTRAST}")
+    problems += check_icons(page, path)
     math, found = check_math(page)
     problems += found
     problems += wait_for_charts(page)
