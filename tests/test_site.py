@@ -373,7 +373,7 @@ MATH_JS = """async () => {
 # The theme's icons, drawn by its CSS from Font Awesome's web font, and the scripts
 # _templates/layout.html leaves out (fontawesome.js, which would redraw the icons as SVG; the search
 # scripts, which only search.html uses): which of them the page loads, how many icons it shows, and
-# those drawn blank (no glyph of that font before them, or no width).
+# those drawn blank (no glyph of that font before them, or no width) or over the text of a box beside them.
 ICONS_JS = """async () => {
   await document.fonts.ready;
   const scripts = Array.from(document.scripts).map(s => s.getAttribute("src") || "")
@@ -385,7 +385,13 @@ ICONS_JS = """async () => {
     return !/^"./.test(glyph.content) || !/Font Awesome/.test(glyph.fontFamily) || e.getBoundingClientRect().width === 0;
   }).map(e => e.className);
   const loaded = Array.from(document.fonts).filter(f => /Font Awesome/.test(f.family) && f.status === "loaded").length;
-  return {scripts, icons: icons.length, blank, loaded};
+  // An icon beside a text box (the search form's magnifying glass) must not lie over where its text goes.
+  const over = icons.filter(e => Array.from(e.parentElement.querySelectorAll(":scope > input")).some(input => {
+    const box = input.getBoundingClientRect(), icon = e.getBoundingClientRect();
+    const textLeft = box.left + parseFloat(getComputedStyle(input).paddingLeft);
+    return box.width > 0 && icon.right > textLeft && icon.left < box.right && icon.bottom > box.top && icon.top < box.bottom;
+  })).map(e => e.className);
+  return {scripts, icons: icons.length, blank, loaded, over};
 }"""
 
 IMAGES_JS = """async () => {
@@ -671,6 +677,7 @@ def check_icons(page: Any, path: str) -> list[str]:
     if icons["icons"] and not icons["loaded"]:
         problems.append(f"{icons['icons']} icons shown, but no Font Awesome web font loaded")
     problems += [f"icon drawn blank: {name}" for name in icons["blank"]]
+    problems += [f"icon lies over the text of the box beside it: {name}" for name in icons["over"]]
     return problems
 
 
