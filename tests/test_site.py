@@ -886,8 +886,7 @@ def light_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], P
 def dark_mode_checks(page: Any, record: Visit, path: str) -> tuple[list[str], Path | None]:
     """Opens ``path`` in ``page`` (of a dark-mode context, at a phone's size) and checks it in dark
     mode: the theme follows the system, its icons are drawn (``check_icons``), text and chart text stand
-    out, no figure stays white; writes
-    its "dark" report and returns ``(problems, screenshot)``."""
+    out, no figure stays white; writes its "dark" report and returns ``(problems, screenshot)``."""
     shot = screenshot_path(path, "dark")
     problems = open_page(page, record, path)
     theme = page.evaluate("() => document.documentElement.dataset.theme")
