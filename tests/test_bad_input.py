@@ -235,8 +235,9 @@ def test_metrics_json_is_strict_json(run_copy: Path) -> None:
 def test_resume_refuses_changed_settings_and_names_each(run_copy: Path, capsys) -> None:
     changed = ["--lr", "0.5", "--batch-size", "8", "--seed", "7", "--dropout", "0.3", "--preset", "multi30k"]
     code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy), *changed], capsys)
+    toy = DEFAULTS["toy"]["fast"]  # what the run in the checkpoint was trained with
     assert_one_line_error(
-        code, err, "--lr 0.5 (the checkpoint has 0.003)", "--batch-size 8 (the checkpoint has 64)",
+        code, err, f"--lr 0.5 (the checkpoint has {toy['lr']:g})", f"--batch-size 8 (the checkpoint has {toy['batch_size']})",
         "--seed 7 (the checkpoint has 0)", "--dropout 0.3 (the checkpoint has 0.0)", "--preset multi30k", "--restart",
     )
     assert load_checkpoint(run_copy / "checkpoint.pt")["step"] == 4  # untouched

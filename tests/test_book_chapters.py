@@ -52,7 +52,7 @@ def test_one_held_out_source_per_length_shortest_first() -> None:
     assert settings["shortest"] <= lengths[0] <= 3
 
 
-@pytest.mark.parametrize(("profile", "layers", "steps"), [("fast", 2, 300), ("full", 4, 3000)])
+@pytest.mark.parametrize(("profile", "layers", "steps"), [("fast", 2, 200), ("full", 4, 3000)])
 def test_both_caption_models_share_one_size(profile: str, layers: int, steps: int,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PROFILE_ENV, profile)

@@ -82,9 +82,10 @@ class SideBySide:
     steps: list[int]
 
 
-def _train(task: ReverseTask, overrides: Mapping[str, Any], seed: int, steps: int, size: Mapping[str, Any]) -> Trainer:
+def _train(task: ReverseTask, overrides: Mapping[str, Any], seed: int, steps: int, size: Mapping[str, Any],
+           lr: float | None) -> Trainer:
     """One model of the reverse task: the trainer's settings (``DEFAULTS["toy"]``) for ``steps``
-    updates, validated on the held-out sequences four times."""
+    updates (at peak rate ``lr``, default the trainer's), validated on the held-out sequences four times."""
     s, vocab = task.settings, task.vocab
     ids = dict(pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
     torch.manual_seed(seed)
@@ -92,7 +93,7 @@ def _train(task: ReverseTask, overrides: Mapping[str, Any], seed: int, steps: in
                                            dropout=s["dropout"], **{**size, **overrides})
     trainer = Trainer(
         Transformer(config), make_loader(task.train, s["batch_size"], seed=seed, **ids),
-        TrainConfig(epochs=None, max_steps=steps, schedule=s["schedule"], lr=s["lr"],
+        TrainConfig(epochs=None, max_steps=steps, schedule=s["schedule"], lr=s["lr"] if lr is None else lr,
                     warmup_steps=min(s["warmup_steps"], steps // 4), label_smoothing=s["label_smoothing"],
                     clip_norm=s["clip_norm"], pad_id=vocab.pad_id, eval_every=max(steps // 4, 1),
                     log_every=steps, progress=False),
@@ -102,7 +103,7 @@ def _train(task: ReverseTask, overrides: Mapping[str, Any], seed: int, steps: in
 
 
 def side_by_side(variants: Mapping[str, Mapping[str, Any]], *, steps: int, size: Mapping[str, Any] | None = None,
-                 seeds: Mapping[str, Sequence[int]] | None = None) -> SideBySide:
+                 seeds: Mapping[str, Sequence[int]] | None = None, lr: float | None = None) -> SideBySide:
     """Train each of ``variants`` (name -> config fields) on the reverse task, ``steps`` updates.
 
     Args:
@@ -111,6 +112,7 @@ def side_by_side(variants: Mapping[str, Mapping[str, Any]], *, steps: int, size:
         size: config fields that every run shares (default: the trainer's preset as it is).
         seeds: the seeds of each variant (default ``(0,)``); a seed chooses the initial weights
             and the order of the batches, so runs with one seed see the same batches in one order.
+        lr: the schedule's peak learning rate (default: the trainer's).
     """
     task = reverse_task()
     rows, curves = [], {}
@@ -118,7 +120,7 @@ def side_by_side(variants: Mapping[str, Mapping[str, Any]], *, steps: int, size:
     for name, overrides in variants.items():
         for seed in (seeds or {}).get(name, (0,)):
             start = time.perf_counter()
-            trainer = _train(task, overrides, seed, steps, size or {})
+            trainer = _train(task, overrides, seed, steps, size or {}, lr)
             val = trainer.history["val"]
             validated = [int(r["step"]) for r in val]
             curves[f"{name}, seed {seed}"] = [r["loss"] for r in val]

@@ -46,10 +46,10 @@ def caption_data() -> CaptionCorpus:
 
 
 def caption_model_size() -> dict[str, Any]:
-    """The size and training length of both caption models: two layers of width 64 for 300 steps in
+    """The size and training length of both caption models: two layers of width 64 for 200 steps in
     the fast profile, four of width 128 for 3,000 in the full one."""
     return {"size": pick(fast=dict(d_model=64, d_ff=256, dropout=0.0), full=dict(d_model=128, d_ff=512, dropout=0.1)),
-            "n_layers": pick(fast=2, full=4), "steps": pick(fast=300, full=3000), "epochs": pick(fast=1, full=7)}
+            "n_layers": pick(fast=2, full=4), "steps": pick(fast=200, full=3000), "epochs": pick(fast=1, full=7)}
 
 
 def caption_batches(captions: CaptionCorpus) -> tuple[list[tuple[Tensor, Tensor]], list[tuple[Tensor, Tensor]]]:
