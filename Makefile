@@ -53,17 +53,21 @@ site: $(STAMP)
 
 # Each section executes once. After .venv's install, two jobs share the two cores:
 #   - the Colab-like run (two sections at a time), which checks every section and stores its outputs in
-#     the execution cache; then the site, built from that cache and checked in the browser;
-#   - beside it, the library's tests (`library`): first at the lowest versions, installing their
-#     environment, in one process; then at .venv's, two workers.
-# The Colab-like run alone leaves a core idle for about a minute in all (its first section runs alone
-# while it installs the library, and its last sections end one by one): the library's tests fill it.
+#     the execution cache; then the site, built from that cache and checked in the browser (two
+#     workers). This is the longer job: everything else must fit beside it;
+#   - beside it, at the lowest priority (nice 19), the library's tests (`library`): first at the lowest
+#     versions, installing their environment, then at .venv's, two workers each. They take what the
+#     first job leaves idle (its first section runs alone while it installs the library, its last
+#     sections end one by one, the site builds on one core, the browser waits on pages), and both
+#     cores once it ends.
+# Both cores stay busy from the first test to the last (vmstat, 2026-11-27): `make test` takes about the
+# CPU time of its checks over two cores (.ci/run: 735 s, for 1,216 s of user and system time).
 # (The two installs at once had made .venv's, which everything waits for, take three times as long.)
 # A failure does not stop the other checks (one run reports everything, and fails if anything failed).
 # The library's tests write to _build/library.log, printed at the end.
 test: $(STAMP)
 	status=0; mkdir -p _build; \
-	$(MAKE) --no-print-directory library LOWEST_WORKERS=0 > _build/library.log 2>&1 & library=$$!; \
+	nice -n 19 $(MAKE) --no-print-directory library > _build/library.log 2>&1 & library=$$!; \
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory colab || status=$$?; \
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory site-test || status=$$?; \
 	wait $$library || status=1; \
