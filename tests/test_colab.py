@@ -31,8 +31,9 @@ cells installing into one environment at once would race. Sections that need a m
 section trained load it from the book's cache (``transformer_lib.book.cache``), as they do on Colab.
 That cache is the machine's (``~/.cache/tested-transformer``), keyed by the library's code: a run whose
 library code an earlier run on the machine already had reuses what that run computed. With an empty
-cache, sections 6.1 and 7.5 decode the test set and train the caption model themselves (45 s and
-63 s in one run on this 2-core machine, 2026-11-27, against under 28 s each with the cache filled).
+cache, as in CI, the first section to need an entry makes it: section 6.1 trains the reverse model
+(the rest of chapter 6 loads it), 7.5 the caption model (7.6 loads it); they took 32 s and 44 s in a
+CI run here (2026-11-27, two sections at a time beside the library's tests).
 
 What the executed sections must show:
 
