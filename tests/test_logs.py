@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,6 @@ from transformer_lib.cli.logs import RunLog
 from transformer_lib.cli.options import RunConfig, parse_args, resolve
 from transformer_lib.cli.profiles import DEFAULTS
 
-ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--task", "reverse", "--n-train", "300", "--n-heldout", "30", "--longest", "4", "--no-progress", "--device", "cpu"]
 
 
@@ -53,14 +52,20 @@ def test_a_resumed_log_drops_the_records_past_its_checkpoint(tmp_path: Path) -> 
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
 
-@pytest.mark.parametrize("umask", [0o022, 0o077])
-def test_run_files_get_the_users_umask(tmp_path: Path, umask: int) -> None:
-    out = tmp_path / "run"
-    script = f"import os, sys; os.umask({umask}); from transformer_lib.cli.train import cli; sys.exit(cli(sys.argv[1:]))"
-    result = subprocess.run([sys.executable, "-c", script, *TINY, "--max-steps", "2", "--eval-every", "2", "--out", str(out)],
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr
+@pytest.fixture
+def user_umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    """This process's umask set to the test's parameter, and restored after."""
+    before = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(before)
+
+
+@pytest.mark.parametrize("user_umask", [0o022, 0o077], indirect=True)
+def test_run_files_get_the_users_umask(tmp_path: Path, user_umask: int) -> None:
+    out, umask = tmp_path / "run", user_umask
+    assert train.cli([*TINY, "--max-steps", "2", "--eval-every", "2", "--out", str(out)]) == 0
     for name in ("checkpoint.pt", "metrics.json", "metrics.jsonl"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o666 & ~umask, name
 

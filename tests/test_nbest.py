@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,8 +19,6 @@ from transformer_lib.cli.nbest import n_best, read_lines
 from transformer_lib.cli.translate import main
 from transformer_lib.evaluation import corpus_bleu, corpus_chrf
 from transformer_lib.translator import TranslationError, Translator
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -123,9 +120,14 @@ def test_unreadable_input_is_a_translation_error_naming_the_file(tmp_path: Path)
 
 
 def test_the_version_is_the_package_s(capsys: pytest.CaptureFixture) -> None:
+    """``--version`` of both commands prints the package's one version (in this process: that the
+    commands run as programs, ``python -m`` and the console scripts, is tested in test_train_cli,
+    test_translate_cli and test_install)."""
     import transformer_lib
+    from transformer_lib.cli import train
 
-    for module in ("transformer_lib.cli.translate", "transformer_lib.cli.train"):
-        result = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=300,
-                                env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-        assert result.returncode == 0 and transformer_lib.__version__ in result.stdout, result
+    for name, cli in (("transformer-translate", main), ("transformer-train", train.cli)):  # the console scripts' functions
+        with pytest.raises(SystemExit) as exit_:
+            cli(["--version"])
+        out = capsys.readouterr().out
+        assert exit_.value.code in (0, None) and f"{name} {transformer_lib.__version__}" in out, out
