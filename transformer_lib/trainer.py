@@ -253,6 +253,8 @@ class Trainer:
         by_epochs = config.epochs * self.steps_per_epoch if config.epochs is not None else None
         self.total_steps: int = min(s for s in (by_epochs, config.max_steps) if s is not None)
         self.optimizer = make_optimizer(model, config.weight_decay, config.betas, config.adam_eps)
+        # The parameters the optimizer updates, listed once: clipping walks them at every update.
+        self._parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.scheduler = make_scheduler(
             self.optimizer, config.schedule, warmup_steps=config.warmup_steps, peak_lr=config.lr,
             d_model=getattr(getattr(model, "config", None), "d_model", None),
@@ -291,7 +293,10 @@ class Trainer:
         With several processes, ``batch`` is this process's slice of the batch, and the returned
         loss is summed over all the processes' slices.
         """
-        self.train_module.train()
+        # Back in training mode after a validation or a callback put the model in eval mode. Only then:
+        # .train() visits every submodule, about a twentieth of a small model's update on the CPU.
+        if not (self.train_module.training and self.model.training):
+            self.train_module.train()
         self.optimizer.zero_grad(set_to_none=True)
         if micro_batches:
             batch_loss, batch_tokens = self._accumulate([batch, *micro_batches])
@@ -300,7 +305,7 @@ class Trainer:
         finite = torch.isfinite(batch_loss)
         self.scaler.unscale_(self.optimizer)
         if self.config.clip_norm is not None:
-            norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm, foreach=True)
+            norm = nn.utils.clip_grad_norm_(self._parameters, self.config.clip_norm, foreach=True)
             if not self.scaler.is_enabled():  # with fp16 an overflow is expected now and then: the scaler skips that step
                 finite = finite & torch.isfinite(norm)
         self._all_finite &= finite  # checked (one sync) before anything is logged, validated or saved
