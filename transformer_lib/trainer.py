@@ -253,8 +253,9 @@ class Trainer:
         by_epochs = config.epochs * self.steps_per_epoch if config.epochs is not None else None
         self.total_steps: int = min(s for s in (by_epochs, config.max_steps) if s is not None)
         self.optimizer = make_optimizer(model, config.weight_decay, config.betas, config.adam_eps)
-        # The parameters the optimizer updates, listed once: clipping walks them at every update.
-        self._parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        # The model's parameters, listed once (clipping walks them at every update), in the model's order:
+        # the order the gradient norm sums them in, so the same run gives the same weights as before.
+        self._parameters = list(self.model.parameters())
         self.scheduler = make_scheduler(
             self.optimizer, config.schedule, warmup_steps=config.warmup_steps, peak_lr=config.lr,
             d_model=getattr(getattr(model, "config", None), "d_model", None),
