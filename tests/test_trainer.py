@@ -117,6 +117,22 @@ def test_training_lowers_the_loss(tmp_path: Path) -> None:
     assert all(r["lr"] > 0 and r["tokens_per_s"] > 0 for r in trainer.history["train"])
 
 
+def test_every_update_runs_in_training_mode_after_eval_mode_was_set(tmp_path: Path) -> None:
+    """Validation (and anything a callback does) puts the model in eval mode; the next update trains
+    with every module in training mode again (dropout on), though ``train()`` is called only then."""
+    trainer = _trainer(tmp_path, max_steps=7, eval_every=3)  # dropout 0.1; validates after updates 3 and 6
+    modes: list[tuple[bool, bool]] = []  # (gradients on, every module in training mode), per forward pass
+    trainer.model.register_forward_pre_hook(
+        lambda module, args: modes.append((torch.is_grad_enabled(), all(m.training for m in module.modules()))))
+    trainer.fit()
+    assert [training for grad, training in modes if grad] == [True] * 7
+    assert any(not grad and not training for grad, training in modes)  # validation ran in eval mode
+    trainer.model.eval()
+    modes.clear()
+    trainer.train_step(next(iter(trainer.train_loader)))
+    assert modes == [(True, True)] and trainer.model.training
+
+
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [
