@@ -254,7 +254,7 @@ class Trainer:
         self.total_steps: int = min(s for s in (by_epochs, config.max_steps) if s is not None)
         self.optimizer = make_optimizer(model, config.weight_decay, config.betas, config.adam_eps)
         # The model's parameters, listed once (clipping walks them at every update), in the model's order:
-        # the order the gradient norm sums them in, so the same run gives the same weights as before.
+        # the gradient norm sums them in this order, and another order changes a run's weights in the last bits.
         self._parameters = list(self.model.parameters())
         self.scheduler = make_scheduler(
             self.optimizer, config.schedule, warmup_steps=config.warmup_steps, peak_lr=config.lr,
@@ -335,7 +335,7 @@ class Trainer:
         if self.world_size > 1:
             dist.all_reduce(totals)
         scale = self.world_size / totals[1].clamp_min(1.0)  # DDP divided the summed gradients by world_size
-        for p in self.model.parameters():
+        for p in self._parameters:
             if p.grad is not None:
                 p.grad.mul_(scale.to(p.grad.dtype))
         return totals[0], totals[1]
@@ -410,7 +410,7 @@ class Trainer:
         Called before every log record, validation and save, so a diverged model never reaches
         the history or the checkpoint file: the last checkpoint keeps the last good weights.
         """
-        finite = [self._all_finite, *(torch.isfinite(p).all() for p in self.model.parameters())]
+        finite = [self._all_finite, *(torch.isfinite(p).all() for p in self._parameters)]
         if bool(torch.stack(finite).all()):
             return
         saved = f"step {self._saved_at[0]}" if self._saved_at is not None else "none was saved in this session"
