@@ -11,6 +11,8 @@ import ast
 import importlib
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,17 +29,13 @@ CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]
 
-VERSION = re.search(r'^__version__ = "(.+)"', (ROOT / "transformer_lib" / "__init__.py").read_text(), re.M).group(1)
-SETUP_CELL = f"""\
-# On Colab (or wherever this book's library is missing) this installs it, at this book's
-# release, from its repository; where it is installed (a clone, the website build) it does
-# nothing. A look-alike package on PyPI also imports as transformer_lib: the check tells.
-try:
-    import transformer_lib
-    assert transformer_lib.__project__ == "tested-transformer"
-except (ImportError, AttributeError, AssertionError):
-    %pip install --quiet "tested-transformer[book] @ git+{REPO_URL}@v{VERSION}"
-"""
+sys.path.insert(0, str(ROOT / "tools"))
+from release import install_ref, setup_cell  # noqa: E402  (tools/release.py: `make release`)
+
+# What every set-up cell installs: the release tag of this version if it exists on this branch, else
+# the default branch (_config.yml: repository.branch).
+INSTALL_REF = install_ref(ROOT)
+SETUP_CELL = setup_cell(REPO_URL, INSTALL_REF)
 
 
 def _load(path: Path) -> dict:
@@ -143,6 +141,16 @@ def test_first_code_cell_is_the_shared_colab_setup_from_the_config_url(path: Pat
         f"{_ids(path)}: the first code cell must be the shared setup cell installing from {REPO_URL} "
         "(the URL lives in _config.yml: repository.url)"
     )
+
+
+def test_the_set_up_cells_ref_resolves_in_this_clone() -> None:
+    """The ref the Colab cells install (a tag, or the default branch before the first release) names a
+    commit of this repository, so a reader on Colab installs something that exists."""
+    refs = {re.search(r"@ git\+\S+@([\w.\-/]+)\"", _source(_code_cells(_load(path))[0])).group(1) for path in NOTEBOOKS}
+    assert refs == {INSTALL_REF}, f"every set-up cell installs {INSTALL_REF}, found {sorted(refs)}"
+    found = [subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"], cwd=ROOT,
+                            capture_output=True).returncode == 0 for name in (INSTALL_REF, f"origin/{INSTALL_REF}")]
+    assert any(found), f"the set-up cells install {INSTALL_REF}, which is no branch or tag of this clone"
 
 
 def test_readme_installs_from_the_same_url() -> None:
