@@ -22,7 +22,8 @@ from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.beam_search import beam_search
 from transformer_lib.blocks import FeedForward, Residual
 from transformer_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from transformer_lib.cli import train, translate
+from transformer_lib import pretrained
+from transformer_lib.cli import export, nbest, train, translate
 from transformer_lib.cli.common import DEBUG_ENV
 from transformer_lib.cli.options import RunConfig
 from transformer_lib.cli.profiles import DEFAULTS
@@ -842,3 +843,179 @@ def test_an_unknown_language_is_refused_without_spacy_too() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert result.returncode == 0 and "'klingon'" in result.stdout, result.stderr
+
+
+# --- 10. Files written whole or not at all, and exports that fit what they replace (issue 43) ------
+
+TUNING = {"chosen_by": "val BLEU", "chosen": {"beam": 2, "length_penalty": 0.6, "bleu": 1.0},
+          "val": [{"beam": 2, "length_penalty": 0.6, "bleu": 1.0}], "test": [{"beam": 2, "length_penalty": 0.6, "bleu": 0.9}]}
+
+
+@pytest.fixture
+def shipped_copy(tmp_path: Path) -> Path:
+    """The package's pretrained file and its SHA256SUMS, copied: what an export may replace."""
+    folder = tmp_path / "weights"
+    shutil.copytree(pretrained.shipped_path().parent, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return folder / pretrained.FILE_NAME
+
+
+def _export(capsys, run_dir: Path, out: Path, tuning: object = TUNING) -> tuple[int, str]:
+    path = out.parent / "tuning.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tuning if isinstance(tuning, str) else json.dumps(tuning))
+    return run(export.main, [str(run_dir), "--tuning", str(path), "--out", str(out)], capsys)
+
+
+def _unchanged(path: Path) -> tuple[bytes, bytes]:
+    return path.read_bytes(), (path.parent / "SHA256SUMS").read_bytes()
+
+
+def test_export_has_no_default_target(trained: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "t.json").write_text(json.dumps(TUNING))
+    code, err = run(export.main, [str(trained), "--tuning", str(tmp_path / "t.json")], capsys)
+    assert_one_line_error(code, err, "--out")
+
+
+def test_export_refuses_to_replace_a_model_of_another_task(trained: Path, shipped_copy: Path, capsys) -> None:
+    """The reverse toy run over the de->en model: `--pretrained "1 2 3"` printed `3 2 1` after it."""
+    before = _unchanged(shipped_copy)
+    code, err = _export(capsys, trained, shipped_copy)
+    assert_one_line_error(code, err, str(shipped_copy), "'multi30k'", "de->en", "'reverse'")
+    assert _unchanged(shipped_copy) == before
+    pretrained.load(shipped_copy)  # still loads, checksum and all
+
+
+def test_export_refuses_to_replace_a_file_that_is_not_a_model(trained: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "notes.txt"
+    out.write_text("my notes\n")
+    code, err = _export(capsys, trained, out)
+    assert_one_line_error(code, err, str(out))
+    assert out.read_text() == "my notes\n"
+
+
+def test_an_export_over_the_size_limit_leaves_the_file_it_would_replace(trained: Path, tmp_path: Path, capsys,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "weights" / "reverse.safetensors"
+    assert _export(capsys, trained, out)[0] == 0
+    before = _unchanged(out)
+    monkeypatch.setattr(pretrained, "MAX_BYTES", 1000)
+    code, err = _export(capsys, trained, out)
+    assert_one_line_error(code, err, "1,000", f"{out.stat().st_size:,}")
+    assert _unchanged(out) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["SHA256SUMS", "reverse.safetensors", "tuning.json"]
+    pretrained.load(out)
+
+
+def test_an_export_replaces_a_model_of_its_own_task_and_lists_its_checksum(trained: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "weights" / "reverse.safetensors"
+    (out.parent).mkdir()
+    (out.parent / "SHA256SUMS").write_text("0" * 64 + "  other.safetensors\n")
+    for _ in range(2):
+        assert _export(capsys, trained, out)[0] == 0
+    assert pretrained.load(out).translate(["1 2"])  # the checksum listed is the file's
+    assert sorted(line.split()[1] for line in (out.parent / "SHA256SUMS").read_text().splitlines()) == [
+        "other.safetensors", "reverse.safetensors"]
+
+
+def test_export_refuses_an_unfinished_run(run_copy: Path, tmp_path: Path, capsys) -> None:
+    metrics = json.loads((run_copy / "metrics.json").read_text())
+    metrics.update(selection=None, final=None)  # what metrics.json holds between checkpoints, or after Ctrl-C
+    (run_copy / "metrics.json").write_text(json.dumps(metrics))
+    code, err = _export(capsys, run_copy, tmp_path / "out" / "m.safetensors")
+    assert_one_line_error(code, err, str(run_copy), "unfinished", str(metrics["steps"]))
+    assert not (tmp_path / "out" / "m.safetensors").exists()
+
+
+BAD_TUNING = [
+    ("not json", ["not JSON"]),
+    ([1, 2], ["list"]),
+    ({"chosen": {}}, ["chosen_by", "val", "test"]),
+    ({**TUNING, "chosen": {"beam": 0, "length_penalty": 0.6}}, ["chosen.beam", "0"]),
+    ({**TUNING, "chosen": {"beam": 2}}, ["chosen.length_penalty", "None"]),
+    ({**TUNING, "test": []}, ["'test'"]),
+    ({**TUNING, "val": [{"beam": "2", "length_penalty": 1}]}, ["val[0].beam", "'2'"]),
+    ({**TUNING, "test": [{"beam": 3, "length_penalty": 0.6}]}, ["beam 2", "length penalty 0.6"]),
+]
+
+
+@pytest.mark.parametrize(("tuning", "named"), BAD_TUNING, ids=[n[0] for _, n in BAD_TUNING])
+def test_export_refuses_a_bad_tuning_report_in_one_line(trained: Path, tmp_path: Path, capsys, tuning, named) -> None:
+    out = tmp_path / "out" / "m.safetensors"
+    code, err = _export(capsys, trained, out, tuning)
+    assert_one_line_error(code, err, *named)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["same.txt", "same.txt.gz"])
+def test_translate_input_and_output_may_be_the_same_file(trained: Path, tmp_path: Path, capsys, name: str) -> None:
+    path = tmp_path / name
+    with nbest.open_output(str(path)) as f:
+        f.write("1 2 3\n4 5\n")
+    code = translate.main(["--checkpoint", str(trained / "checkpoint.pt"), "--device", "cpu",
+                           "--input", str(path), "--output", str(path)])
+    assert code == 0, capsys.readouterr().err
+    assert len(nbest.read_lines(str(path))) == 2
+
+
+def test_a_failed_write_leaves_the_output_file_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    path.write_text("earlier translations\n")
+    path.chmod(0o640)
+    with pytest.raises(KeyboardInterrupt), nbest.open_output(str(path)) as f:
+        f.write("half of the new ones\n")
+        raise KeyboardInterrupt
+    assert path.read_text() == "earlier translations\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+    with nbest.open_output(str(path)) as f:
+        f.write("new\n")
+    assert path.read_text() == "new\n" and path.stat().st_mode & 0o777 == 0o640  # its mode kept
+
+
+def test_an_output_through_a_symbolic_link_writes_its_target(tmp_path: Path) -> None:
+    (tmp_path / "real.txt").write_text("old\n")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "real.txt")
+    with nbest.open_output(str(tmp_path / "link.txt")) as f:
+        f.write("new\n")
+    assert (tmp_path / "link.txt").is_symlink() and (tmp_path / "real.txt").read_text() == "new\n"
+
+
+# --- 11. Messages that said something else than what went wrong (issue 43) -------------------------
+
+@pytest.mark.parametrize("data", [b"1 2\n3 \xe9 4\n", b"1 2\x00\xff\xfe\n"], ids=["latin-1", "binary"])
+def test_input_that_is_not_utf8_on_a_strict_standard_input_is_named(trained: Path, capsys, monkeypatch, data: bytes) -> None:
+    """A desktop locale decodes standard input strictly: the input was dropped and the error asked for a sentence."""
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="strict"))
+    code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), "--device", "cpu"], capsys)
+    line = len(data.splitlines())
+    assert_one_line_error(code, err, f"sentence {line}", "UTF-8")
+
+
+@pytest.mark.parametrize("value", ["false", "0", "no", "off", "False"])
+def test_a_debug_variable_that_says_no_leaves_debug_off(trained: Path, capsys, monkeypatch, value: str) -> None:
+    monkeypatch.setenv(DEBUG_ENV, value)
+    code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), "--beam-size", "0", "1 2"], capsys)
+    assert_one_line_error(code, err, "--beam-size")
+
+
+def test_train_out_at_a_dangling_symbolic_link(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "link"
+    out.symlink_to(tmp_path / "nowhere")
+    code, err = run(train.cli, [*TOY, "--max-steps", "1", "--out", str(out)], capsys)
+    assert_one_line_error(code, err, str(out), str(tmp_path / "nowhere"))
+    assert out.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+def test_train_out_that_is_a_file(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "notes.txt"
+    out.write_text("mine\n")
+    code, err = run(train.cli, [*TOY, "--max-steps", "1", "--out", str(out)], capsys)
+    assert_one_line_error(code, err, str(out))
+    assert out.read_text() == "mine\n"
+
+
+def test_a_toy_sequence_longer_than_the_preset_allows_names_longest(tmp_path: Path, capsys) -> None:
+    code, err = run(train.cli, [*TOY, "--longest", "300", "--max-steps", "1", "--out", str(tmp_path / "r")], capsys)
+    assert_one_line_error(code, err, "--longest", "300", "127")
+    assert not (tmp_path / "r").exists()

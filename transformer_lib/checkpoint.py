@@ -15,9 +15,10 @@ import os
 import tempfile
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from torch import Tensor
@@ -34,6 +35,8 @@ __all__ = [
     "CheckpointError",
     "checkpoint_metadata",
     "atomic_write",
+    "atomic_file",
+    "staged_path",
     "checkpoint_digest",
     "save_checkpoint",
     "load_checkpoint",
@@ -164,25 +167,54 @@ def checkpoint_digest(checkpoint: Mapping[str, Any]) -> str:
     return content_sha256({key: value for key, value in checkpoint.items() if key != "checksum"})
 
 
-def atomic_write(path: str | Path, write: Callable[[Any], None]) -> None:
+def atomic_write(path: str | Path, write: Callable[[Any], None], check: Callable[[Path], None] | None = None) -> None:
     """Call ``write(file)`` on a temporary file beside ``path``, ``fsync``, then rename over ``path``.
 
     A crash (or a full disk) leaves the previous ``path`` intact and no half-written file; the
     temporary file (``.NAME.*.tmp``) is removed on any error, and by the trainer's command line
-    when a killed process left one behind. Errors writing become ``OSError`` s naming ``path``.
+    when a killed process left one behind. ``check(temporary_path)``, if given, runs on the whole
+    written file before it replaces ``path`` (a size limit, say): what it raises leaves ``path`` as
+    it was. ``path`` may be the file the data was read from (it is read before this is called), and
+    a symbolic link is followed (its target is replaced, as ``open()`` would write it). Errors
+    writing become ``OSError`` s naming ``path``.
     """
+    with atomic_file(path, check=check) as f:
+        write(f)
+
+
+@contextmanager
+def atomic_file(path: str | Path, check: Callable[[Path], None] | None = None) -> Iterator[IO[bytes]]:
+    """The context-manager form of :func:`atomic_write`: a binary file to write, renamed over ``path``
+    when the block ends without an error (and ``check`` accepts it), removed when it raises."""
+    with staged_path(path, check) as staged, open(staged, "wb") as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextmanager
+def staged_path(path: str | Path, check: Callable[[Path], None] | None = None) -> Iterator[Path]:
+    """A temporary file's path beside ``path`` for a writer that takes a file name (``safetensors``):
+    renamed over ``path`` when the block ends without an error and ``check(staged)`` accepts the
+    file, removed otherwise (see :func:`atomic_write`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # write where the link points, keep the link
     try:
-        _as_the_umask_allows(fd)
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        raise OSError(f"could not write {path}: {error.strerror or error} (is the folder read-only?)") from None
+    staged = Path(tmp_name)
+    try:
+        os.close(fd)
+        yield staged
+        _as_the_umask_allows(staged, like=path)  # after the writer, which may have made the file anew
+        if check is not None:
+            check(staged)
+        os.replace(staged, path)
     except BaseException as error:
-        Path(tmp_name).unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
         if isinstance(error, (OSError, RuntimeError)) and not isinstance(error, CheckpointError):
             reason = " ".join(str(error).split())[:200]
             raise OSError(f"could not write {path}: {reason} (is the disk full, or the folder read-only?)") from error
@@ -190,14 +222,18 @@ def atomic_write(path: str | Path, write: Callable[[Any], None]) -> None:
     _fsync_folder(path.parent)
 
 
-def _as_the_umask_allows(fd: int) -> None:
-    """Give a new file the mode ``open()`` would (0666 less the user's umask): ``mkstemp`` makes it 0600,
-    which others on a shared machine could not read whatever the user's umask says."""
+def _as_the_umask_allows(file: Path, like: Path | None = None) -> None:
+    """Give a new file the mode ``open()`` would (0666 less the user's umask; an existing file's own
+    mode when it replaces ``like``): ``mkstemp`` makes it 0600, which others on a shared machine could
+    not read whatever the user's umask says."""
     if os.name != "posix":
+        return
+    if like is not None and like.is_file():
+        os.chmod(file, like.stat().st_mode & 0o777)
         return
     umask = os.umask(0o022)  # reading the umask means setting it; put it back at once
     os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
+    os.chmod(file, 0o666 & ~umask)
 
 
 def _atomic_save(path: Path, payload: Any) -> None:

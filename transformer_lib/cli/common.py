@@ -25,8 +25,9 @@ __all__ = ["DEBUG_ENV", "MAX_THREADS", "CommandLineParser", "add_version", "avai
 # A bound for --threads: more than any machine this runs on has cores to give one process.
 MAX_THREADS = 1024
 
-# Set to 1 for full tracebacks from the command lines (as --debug does).
+# Set to 1 for full tracebacks from the command lines (as --debug does); 0, false, no or off leave them off.
 DEBUG_ENV = "TRANSFORMER_LIB_DEBUG"
+DEBUG_ON = ("1", "true", "yes", "on")
 
 
 class CommandLineParser(argparse.ArgumentParser):
@@ -87,7 +88,7 @@ def run_command(run: Callable[[], Any], argv: Sequence[str] | None) -> int:
     one line ``error: ...`` and returns 2, a success returns 0. ``--debug`` in ``argv`` (or
     ``TRANSFORMER_LIB_DEBUG=1``) lets the traceback through instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "").strip().lower() in DEBUG_ON
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:

@@ -6,20 +6,28 @@
 the selected weights); ``TUNING.json`` is what ``benchmarks/tune_decoding.py --json`` wrote for them
 (the decoding chosen on validation, and test BLEU with it). The file's SHA-256 is written to
 ``SHA256SUMS`` beside it, which :func:`transformer_lib.pretrained.load` checks.
+
+``--out`` has no default: the package's own file is replaced only when named. The file is written whole
+or not at all (to a temporary file beside ``--out``, read back and size-checked, then renamed), and a
+file already at ``--out`` is replaced only by a model of the same task and language pair. An unfinished
+run and a tuning report without the chosen decoding or its test score are refused before anything is
+written.
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import pretrained
+from ..checkpoint import atomic_write, staged_path
 from ..translator import Translator
 from .common import CommandLineParser, run_command
 
-__all__ = ["main", "tuning_record"]
+__all__ = ["main", "tuning_record", "read_run", "read_tuning", "check_replaceable"]
 
 
 def tuning_record(grid: dict[str, Any]) -> dict[str, Any]:
@@ -38,23 +46,119 @@ def tuning_record(grid: dict[str, Any]) -> dict[str, Any]:
             "val": [entry(row) for row in grid["val"]], "threads": grid.get("threads")}
 
 
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"no {what} at {path}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not a {what} (not JSON: {error})") from None
+
+
+def read_run(folder: Path) -> dict[str, Any]:
+    """``FOLDER/metrics.json`` of a finished run; a folder without one, or an unfinished run, is refused."""
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder: give the --out folder of a training run")
+    run = _read_json(folder / "metrics.json", "training run's metrics.json")
+    if not isinstance(run, dict) or "selection" not in run or "steps" not in run:
+        raise ValueError(f"{folder / 'metrics.json'} is not the metrics.json of transformer-train (no 'selection' or 'steps')")
+    if not isinstance(run["selection"], dict) or not isinstance(run["selection"].get("checkpoint"), str):
+        raise ValueError(f"{folder} is an unfinished run (stopped at step {run['steps']}, no weights selected): "
+                         "run its command again to finish it, then export")
+    return run
+
+
+def read_tuning(path: Path) -> dict[str, Any]:
+    """The tuning report at ``path`` as :func:`tuning_record` makes it, every field it needs checked."""
+    grid = _read_json(path, "tuning report of benchmarks/tune_decoding.py --json")
+
+    def refuse(what: str) -> ValueError:
+        return ValueError(f"{path} is not a tuning report of benchmarks/tune_decoding.py --json: {what}")
+
+    if not isinstance(grid, dict):
+        raise refuse(f"it holds a {type(grid).__name__}, not an object")
+    missing = [key for key in ("chosen_by", "chosen", "val", "test") if key not in grid]
+    if missing:
+        raise refuse(f"it lacks {missing}")
+    rows = [("chosen", grid["chosen"])]
+    for split in ("val", "test"):
+        if not isinstance(grid[split], list) or not grid[split]:
+            raise refuse(f"'{split}' must be a non-empty list of rows, got {grid[split]!r:.60}")
+        rows += [(f"{split}[{i}]", row) for i, row in enumerate(grid[split])]
+    for name, row in rows:
+        if not isinstance(row, dict):
+            raise refuse(f"{name} must be an object, got {row!r:.60}")
+        beam, penalty = row.get("beam"), row.get("length_penalty")
+        if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
+            raise refuse(f"{name}.beam must be a whole number >= 1, got {beam!r}")
+        if not isinstance(penalty, numbers.Real) or isinstance(penalty, bool) or not 0 <= penalty <= 10:
+            raise refuse(f"{name}.length_penalty must be a number from 0 to 10, got {penalty!r}")
+    return tuning_record(grid)
+
+
+def _recorded(path: Path) -> tuple[str, dict[str, Any]]:
+    """The task and data description a pretrained file at ``path`` records (its checksum not checked:
+    this is what it claims to be, to refuse replacing it with something else)."""
+    try:
+        metadata = pretrained._metadata(path)
+        return metadata["task"], dict(json.loads(metadata["data"]))
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path} exists and is not a pretrained-model file ({error}); "
+                         "it is left as it is: choose another --out, or move it away first") from None
+
+
+def check_replaceable(path: Path, translator: Translator) -> None:
+    """Refuse to replace a file at ``path`` that is not a pretrained-model file, or is one of another
+    task or language pair than ``translator``'s (a new file may be of any)."""
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise ValueError(f"--out {path} is a folder; give the file to write")
+    task, data = _recorded(path)
+    new = (translator.task, translator.data.get("src_lang"), translator.data.get("tgt_lang"))
+    old = (task, data.get("src_lang"), data.get("tgt_lang"))
+    if new != old:
+        def text(task: str, src: Any, tgt: Any) -> str:
+            return f"{task!r}" + (f" {src}->{tgt}" if src or tgt else "")
+
+        raise ValueError(f"{path} holds a {text(*old)} model and this run is {text(*new)}: export it to another --out "
+                         "(the file is replaced only by a model of the same task and languages)")
+
+
+def export(run_dir: Path, tuning_path: Path, out: Path) -> str:
+    """Write ``run_dir``'s selected weights with the tuning report to ``out`` (whole or not at all) and its
+    checksum to ``SHA256SUMS`` beside it; returns the SHA-256. Every check runs before ``out`` changes."""
+    run = read_run(run_dir)
+    tuning = read_tuning(tuning_path)
+    translator = Translator.from_checkpoint(run_dir / run["selection"]["checkpoint"])
+    check_replaceable(out, translator)
+    digest: dict[str, str] = {}
+
+    def read_back(staged: Path) -> None:  # the whole file loads with its checksum before it replaces out
+        pretrained.load(staged, sha256=digest["sha256"])
+
+    with staged_path(out, check=read_back) as staged:
+        digest["sha256"] = pretrained.save(translator, staged, run, tuning)  # raises if over the size limit
+    sums = out.parent / "SHA256SUMS"
+    lines = [line for line in (sums.read_text().splitlines() if sums.is_file() else []) if not line.endswith("  " + out.name)]
+    text = "\n".join(sorted(lines + [f"{digest['sha256']}  {out.name}"])) + "\n"
+    atomic_write(sums, lambda f: f.write(text.encode("utf-8")))
+    return digest["sha256"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = CommandLineParser(prog="python -m transformer_lib.cli.export", description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="the training run's folder (with metrics.json)")
     parser.add_argument("--tuning", type=Path, required=True, help="benchmarks/tune_decoding.py --json output")
-    parser.add_argument("--out", type=Path, default=pretrained.shipped_path())
+    parser.add_argument("--out", type=Path, required=True,
+                        help=f"the file to write (the package's own: {pretrained.shipped_path()})")
     args = parser.parse_args(argv)
 
-    def export() -> None:
-        run = json.loads((args.run / "metrics.json").read_text())
-        translator = Translator.from_checkpoint(args.run / run["selection"]["checkpoint"])
-        digest = pretrained.save(translator, args.out, run, tuning_record(json.loads(args.tuning.read_text())))
-        sums = args.out.parent / "SHA256SUMS"
-        lines = [line for line in (sums.read_text().splitlines() if sums.is_file() else []) if not line.endswith("  " + args.out.name)]
-        sums.write_text("\n".join(sorted(lines + [f"{digest}  {args.out.name}"])) + "\n")
+    def run() -> None:
+        digest = export(args.run, args.tuning, args.out)
         print(f"{args.out}: {args.out.stat().st_size:,} bytes, sha256 {digest}")
 
-    return run_command(export, argv)
+    return run_command(run, argv)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint import atomic_write
 from .runs import json_safe
 
 __all__ = ["METRICS_LOG", "TENSORBOARD_DIR", "RunLog", "check_tensorboard"]
@@ -56,7 +57,8 @@ class RunLog:
                     kept.append(line)
             except (ValueError, KeyError, TypeError):
                 continue  # a line cut short by a killed process
-        self.path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+        text = "".join(f"{line}\n" for line in kept)
+        atomic_write(self.path, lambda f: f.write(text.encode("utf-8")))  # a crash here keeps every line
 
     def record(self, kind: str, record: dict[str, Any]) -> None:
         """Append one record (``kind``: ``"train"`` or ``"val"``), flushed at once."""

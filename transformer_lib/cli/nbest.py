@@ -10,6 +10,7 @@ length-normalised score beam search ranks by (:mod:`transformer_lib.beam_search`
 from __future__ import annotations
 
 import gzip
+import io
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ import torch
 
 from ..batching import pad_sequences
 from ..beam_search import beam_search
+from ..checkpoint import atomic_file
 from ..masking import padding_mask
 from ..translator import EXTRA_OUTPUT_TOKENS, TranslationError, Translator
 
@@ -30,7 +32,7 @@ def read_lines(path: str) -> list[str]:
     """The lines of a text file (UTF-8; ``.gz`` is decompressed; ``-`` is standard input), without line ends."""
     try:
         if path == "-":
-            return sys.stdin.read().splitlines()
+            return _stdin_text().splitlines()
         if path.endswith(".gz"):
             with gzip.open(path, "rt", encoding="utf-8") as f:
                 return f.read().splitlines()
@@ -41,15 +43,36 @@ def read_lines(path: str) -> list[str]:
         raise TranslationError(f"cannot read {path}: {error}") from None
 
 
+def _stdin_text() -> str:
+    """Standard input as UTF-8 whatever the locale's encoding and error handler: a byte that is not
+    UTF-8 stays a surrogate (as in a C locale), so the sentence holding it is refused by its number
+    (:meth:`Translator.source_ids`) instead of the whole input being dropped by a strict decoder."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream put in its place (a test, an embedding program)
+        return sys.stdin.read()
+    return buffer.read().decode("utf-8", errors="surrogateescape")
+
+
 @contextmanager
 def open_output(path: str | None) -> Iterator[IO[str]]:
-    """Standard output (``None`` or ``-``), or the file ``path`` (``.gz`` compressed), written as UTF-8."""
+    """Standard output (``None`` or ``-``), or the file ``path`` (``.gz`` compressed), written as UTF-8.
+
+    The file is written whole or not at all: to a temporary file beside it, renamed over ``path`` when
+    the block ends without an error (:func:`~transformer_lib.checkpoint.atomic_file`). An error, a full
+    disk or Ctrl-C leaves ``path`` as it was, so ``--input F --output F`` (the input is read first) is safe.
+    """
     if path is None or path == "-":
         yield sys.stdout
         return
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wt", encoding="utf-8") as f:  # type: ignore[operator]
-        yield f
+    with atomic_file(path) as raw:
+        if path.endswith(".gz"):
+            with gzip.open(raw, "wt", encoding="utf-8") as f:
+                yield f  # type: ignore[misc]
+        else:
+            text = io.TextIOWrapper(raw, encoding="utf-8")
+            yield text
+            text.flush()
+            text.detach()  # atomic_file closes the file, after its fsync
 
 
 @torch.no_grad()

@@ -156,6 +156,11 @@ class RunConfig:
     def _check_family(self) -> None:
         if self.family == "toy":
             check_int(flag("longest"), self.longest, minimum=self.shortest)  # type: ignore[arg-type]
+            max_len = PRESETS[self.preset].get("max_len", TransformerConfig.max_len)  # a sequence and its <eos> fit
+            if self.longest >= max_len:  # type: ignore[operator]
+                raise ValueError(f"{flag('longest')} {self.longest}: the {self.preset!r} preset's max_len={max_len} allows "
+                                 f"sequences of at most {max_len - 1} symbols; give {flag('longest')} {max_len - 1} or "
+                                 "less, or a larger --preset")
             if self.bleu != "off":
                 raise ValueError(f"--bleu {self.bleu}: BLEU scores translations; the {self.task!r} task has exact match instead")
             return

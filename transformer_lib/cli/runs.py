@@ -29,6 +29,11 @@ def lock_folder(out: Path) -> Any:
     the system releases when the process ends, however it ends (SIGKILL too): a crashed run never
     leaves the folder locked.
     """
+    if out.is_symlink() and not out.exists():
+        raise ValueError(f"--out {out} is a symbolic link to {os.readlink(out)}, which does not exist: "
+                         "create that folder, or give another --out")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder: give a folder for the run's files")
     out.mkdir(parents=True, exist_ok=True)
     lock = FileLock(out / ".lock")
     try:
