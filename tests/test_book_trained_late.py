@@ -44,7 +44,7 @@ def test_beam_beats_greedy_finds_exactly_the_sentences_where_beam_scores_higher(
     model = trained.translator()
     sources = list(trained.SENTENCES)
     beam = model.translate(sources, beam_size=3, length_penalty=0.6)
-    greedy = model.translate(sources)
+    greedy = model.translate(sources, beam_size=1)
     # With the beam's own output as the reference, beam scores 100 wherever greedy differs.
     found = decoding.beam_beats_greedy(model, decoding.TestSet(list(zip(sources, beam))), beam_size=3,
                                        max_source_tokens=100)

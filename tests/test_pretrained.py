@@ -18,7 +18,7 @@ from transformer_lib.cli import export
 from transformer_lib.config import TransformerConfig
 from transformer_lib.model import Transformer
 from transformer_lib.subword import SubwordTokenizer
-from transformer_lib.translator import Translator, evaluate_bleu, read_multi30k_split
+from transformer_lib.translator import TranslationError, Translator, evaluate_bleu, read_multi30k_split
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,8 +54,56 @@ def test_it_loads_offline_and_translates(offline):
     assert translator.model.config == record.config
     # the output layer is tied to the shared embedding, as it was in training
     assert translator.model.output_layer.weight.data_ptr() == translator.model.src_embed.embedding.weight.data_ptr()
-    [english] = translator.translate(["Ein Hund rennt über die Wiese."], **record.decoding)
+    [english] = translator.translate(["Ein Hund rennt über die Wiese."])  # the file's chosen decoding
     assert "dog" in english.lower()
+
+
+def test_the_loaded_model_decodes_as_its_file_chose(shipped):
+    """The file's chosen decoding is the loaded model's default (as a generation config is), and the
+    command line's options default to None, which the translator resolves: one default, by construction."""
+    from transformer_lib.cli.translate import _parser
+
+    chosen = pretrained.info().decoding
+    assert chosen["beam_size"] > 1  # a beam search was chosen on validation, so greedy would differ
+    assert shipped.decoding == chosen
+    assert shipped.decoding_settings() == (chosen["beam_size"], chosen["length_penalty"])
+    assert shipped.decoding_settings(beam_size=1) == (1, chosen["length_penalty"])  # greedy when asked
+    args = _parser().parse_args(["--pretrained", "Ein Hund rennt."])
+    assert args.beam_size is None and args.length_penalty is None
+
+
+def test_a_decoding_the_translator_cannot_use_is_refused():
+    translator = _tiny_translator()
+    for decoding, named in (({"beams": 4}, "beams"), ({"beam_size": 0}, "beam_size"), ({"length_penalty": -1.0}, "length_penalty")):
+        with pytest.raises(TranslationError, match=named):
+            Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer, "multi30k", decoding=decoding)
+
+
+def _cli_translations(capsys, sentences: list[str], *options: str) -> list[str]:
+    from transformer_lib.cli.translate import main
+
+    capsys.readouterr()
+    assert main(["--pretrained", "--device", "cpu", *options, *sentences]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_library_and_the_command_line_translate_alike(shipped, capsys):
+    """``pretrained.load().translate(x)`` and ``transformer-translate --pretrained x`` give the same text,
+    by default and when greedy decoding is asked for, on the sentences the file's record shows."""
+    sentences = [example["source"] for example in pretrained.info().run["examples"]]
+    assert shipped.translate(sentences) == _cli_translations(capsys, sentences)
+    assert shipped.translate(sentences, beam_size=1) == _cli_translations(capsys, sentences, "--beam-size", "1")
+
+
+@pytest.mark.multi30k
+def test_the_library_and_the_command_line_agree_on_the_test_set(shipped, real_multi30k, capsys):
+    """The first 30 sentences of test 2016: the library's default decoding is the command line's. The
+    model's chosen beam changes some of them against greedy decoding, so a greedy default on either side
+    would show."""
+    sentences = [source for source, _ in read_multi30k_split("test", real_multi30k, "de", "en")[:30]]
+    library = shipped.translate(sentences)
+    assert library == _cli_translations(capsys, sentences)
+    assert library != shipped.translate(sentences, beam_size=1)
 
 
 def test_a_changed_file_is_refused(tmp_path):

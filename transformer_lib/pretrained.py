@@ -8,9 +8,15 @@ and the decoding chosen on the validation set. ``safetensors`` stores tensors an
 reading the file cannot run code (a pickle can). Its SHA-256 is in ``weights/SHA256SUMS`` and is
 checked on every load.
 
+The chosen decoding is the model's default, as a Hugging Face generation config is: the loaded
+:class:`~transformer_lib.translator.Translator` decodes with it unless told otherwise, and so does
+``transformer-translate --pretrained``; ``beam_size=1`` asks for greedy decoding.
+
     >>> from transformer_lib import pretrained
-    >>> translator = pretrained.load()                                        # doctest: +SKIP
-    >>> translator.translate(["Ein Hund rennt."], **pretrained.info().decoding)  # doctest: +SKIP
+    >>> translator = pretrained.load()                           # doctest: +SKIP
+    >>> translator.translate(["Ein Hund rennt."])                 # doctest: +SKIP
+    ['A dog is running.']
+    >>> translator.translate(["Ein Hund rennt."], beam_size=1)    # doctest: +SKIP
     ['A dog is running.']
 
 :func:`info` reads the record without the weights; :func:`headline` gives the numbers the README
@@ -63,7 +69,7 @@ class PretrainedInfo:
         run: the training run's metrics as :mod:`transformer_lib.cli.train` wrote them (command,
             settings, hardware, software, per-epoch values, BLEU, examples, ``wall_time_s``).
         decoding: the decoding chosen on validation (``beam_size``, ``length_penalty``) as keywords
-            of :meth:`Translator.translate`.
+            of :meth:`Translator.translate`: the loaded model's default (``Translator.decoding``).
         tuning: the validation grid it was chosen from, and test BLEU with the chosen decoding.
     """
 
@@ -142,7 +148,8 @@ def info(path: str | Path | None = None, sha256: str | None = None) -> Pretraine
 
 def load(path: str | Path | None = None, device: str | torch.device = "cpu", sha256: str | None = None) -> Translator:
     """The shipped model as a :class:`~transformer_lib.translator.Translator`, in eval mode, weights in
-    float32 (stored in float16). Raises :class:`PretrainedError` if the file is missing or changed."""
+    float32 (stored in float16), decoding by default as the file chose (``info().decoding``).
+    Raises :class:`PretrainedError` if the file is missing or changed."""
     from safetensors.torch import load_file
 
     record = info(path, sha256)
@@ -153,7 +160,8 @@ def load(path: str | Path | None = None, device: str | torch.device = "cpu", sha
     model = Transformer(record.config)
     model.load_state_dict(upgrade_state_dict(state))
     tokenizer = tokenizer_from_dict(record.tokenizer)
-    return Translator(model.to(parse_device(device)).eval(), tokenizer, tokenizer, metadata["task"], dict(record.data))
+    return Translator(model.to(parse_device(device)).eval(), tokenizer, tokenizer, metadata["task"], dict(record.data),
+                      decoding=dict(record.decoding))
 
 
 def save(translator: Translator, path: str | Path, run: Mapping[str, Any], tuning: Mapping[str, Any]) -> str:

@@ -40,13 +40,14 @@ from .masking import padding_mask
 from .model import Transformer
 from .multi30k import load_multi30k
 from .tokenizers import tokenizer_from_dict
-from .validation import check_int
+from .validation import check_int, check_number
 from .vocab import Tokenizer, TokenizerPair
 
 __all__ = [
     "SOURCE_FORMATS",
     "EXTRA_OUTPUT_TOKENS",
     "LENGTH_PENALTY",
+    "DECODING_DEFAULTS",
     "TranslationError",
     "TranslationWarning",
     "Translator",
@@ -66,6 +67,8 @@ SOURCE_FORMATS: dict[str, tuple[bool, bool]] = {
 EXTRA_OUTPUT_TOKENS = 50
 # Beam search's GNMT length penalty alpha (Wu et al. 2016; the Transformer paper's 0.6).
 LENGTH_PENALTY = 0.6
+# A model's decoding when it records none (Translator.decoding): greedy, and the paper's alpha for a beam.
+DECODING_DEFAULTS: dict[str, Any] = {"beam_size": 1, "length_penalty": LENGTH_PENALTY}
 
 
 class TranslationError(ValueError):
@@ -88,6 +91,10 @@ class Translator(TokenizerPair):
             toy tasks' symbols).
         task: what it was trained on: ``"multi30k"``, ``"copy"`` or ``"reverse"``.
         data: how text became ids in training (``src_lang``, ``tgt_lang``, ``source_format``, ...).
+        decoding: the decoding chosen for this model (``beam_size``, ``length_penalty``), as a Hugging
+            Face generation config carries it: :meth:`translate` uses it unless told otherwise
+            (``beam_size=1`` asks for greedy decoding). The shipped model's file records the one chosen
+            on validation (:func:`transformer_lib.pretrained.load`); empty: greedy.
     """
 
     model: Transformer
@@ -95,6 +102,7 @@ class Translator(TokenizerPair):
     tgt_tokenizer: Tokenizer
     task: str
     data: dict[str, Any] = field(default_factory=dict)
+    decoding: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """The tokenizers fit the model: their sizes are its vocabularies', their ``<pad>`` its ``pad_id``
@@ -107,6 +115,10 @@ class Translator(TokenizerPair):
                     f"the {side} tokenizer has {len(tokenizer.vocab)} tokens and <pad> id {tokenizer.vocab.pad_id}, "
                     f"but the model has {side}_vocab_size={size} and pad_id={config.pad_id}"
                 )
+        unknown = sorted(set(self.decoding) - set(DECODING_DEFAULTS))
+        if unknown:
+            raise TranslationError(f"decoding has {unknown}; it holds {sorted(DECODING_DEFAULTS)}")
+        self.decoding_settings()  # its values checked once, here
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu", task: str | None = None) -> Translator:
@@ -142,6 +154,20 @@ class Translator(TokenizerPair):
             reason = " ".join(str(error).split())[:300]
             raise TranslationError(f"{path} is an incompatible checkpoint: the weights do not fit its model_config ({reason})") from None
         return cls(model.to(device).eval(), src, tgt, checkpoint["task"], data)
+
+    def decoding_settings(self, beam_size: int | None = None, length_penalty: float | None = None) -> tuple[int, float]:
+        """The beam size and length penalty a translation uses: those given, else this model's chosen
+        :attr:`decoding`, else greedy (beam 1) and :data:`LENGTH_PENALTY`. The translate command line
+        resolves its defaults here too, so the library and the command line decode alike."""
+        chosen = {**DECODING_DEFAULTS, **self.decoding}
+        beam_size = chosen["beam_size"] if beam_size is None else beam_size
+        length_penalty = chosen["length_penalty"] if length_penalty is None else length_penalty
+        try:
+            check_int("beam_size", beam_size)
+            check_number("length_penalty", length_penalty, 0)
+        except ValueError as error:
+            raise TranslationError(str(error)) from None
+        return beam_size, float(length_penalty)
 
     @property
     def device(self) -> torch.device:
@@ -226,15 +252,16 @@ class Translator(TokenizerPair):
             return greedy_decode(self.model, src, src_mask, **ids)
         return beam_search(self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty, **ids).sequences
 
-    def translate_tokens(self, sentences: Iterable[str], beam_size: int = 1, batch_size: int = 64,
-                         length_penalty: float = LENGTH_PENALTY) -> list[list[str]]:
+    def translate_tokens(self, sentences: Iterable[str], beam_size: int | None = None, batch_size: int = 64,
+                         length_penalty: float | None = None) -> list[list[str]]:
         """Translate sentences (in batches of similar length); the output tokens of each, in order.
 
-        Each list stops before ``<eos>``; :meth:`translate` turns them into text.
+        ``beam_size`` and ``length_penalty`` default to this model's chosen :attr:`decoding`
+        (:meth:`decoding_settings`). Each list stops before ``<eos>``; :meth:`translate` turns them into text.
         """
         sentences = _as_sentences(sentences)
+        beam_size, length_penalty = self.decoding_settings(beam_size, length_penalty)
         try:
-            check_int("beam_size", beam_size)
             check_int("batch_size", batch_size)
         except ValueError as error:
             raise TranslationError(str(error)) from None
@@ -265,10 +292,13 @@ class Translator(TokenizerPair):
                 out[i] = self.output_tokens(row)
         return out
 
-    def translate(self, sentences: Iterable[str], beam_size: int = 1, batch_size: int = 64,
-                  length_penalty: float = LENGTH_PENALTY) -> list[str]:
+    def translate(self, sentences: Iterable[str], beam_size: int | None = None, batch_size: int = 64,
+                  length_penalty: float | None = None) -> list[str]:
         """Translate sentences (any iterable of them, in batches of similar length) and return detokenized
-        text, in order. An empty or ``<unk>``-only translation warns (:class:`TranslationWarning`)."""
+        text, in order. An empty or ``<unk>``-only translation warns (:class:`TranslationWarning`).
+
+        Decodes with this model's chosen :attr:`decoding` unless ``beam_size`` or ``length_penalty``
+        say otherwise: ``beam_size=1`` is greedy decoding, more is beam search."""
         return [self.detokenize(t) for t in self.translate_tokens(sentences, beam_size, batch_size, length_penalty)]
 
 

@@ -119,7 +119,7 @@ def attention_weights(translator: Translator, source: str) -> dict[str, Any]:
     maps = model.attention_maps(src, tgt_in)
     return {
         "source": source,
-        "translation": translator.translate([source])[0],
+        "translation": translator.translate([source], beam_size=1)[0],  # greedy, as the maps are
         "source_tokens": translator.src_vocab.decode(src[0].tolist(), strip_specials=False),
         "output_tokens": vocab.decode(out[0].tolist(), strip_specials=False),
         "decoder_input_tokens": vocab.decode(tgt_in[0].tolist(), strip_specials=False),

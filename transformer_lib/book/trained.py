@@ -63,7 +63,7 @@ def decoding() -> dict[str, Any]:
 
 def translate(sentences: Sequence[str], **options: Any) -> list[str]:
     """Translations with the chosen decoding unless ``options`` say otherwise (``beam_size=1``: greedy)."""
-    return translator().translate(list(sentences), **{**decoding(), **options})
+    return translator().translate(list(sentences), **options)  # the model's default is its chosen decoding
 
 
 @dataclass

@@ -10,8 +10,10 @@ Examples::
     transformer-translate --pretrained --src test.de.gz --ref test.en.gz      # BLEU and chrF on any file pair
     transformer-translate --checkpoint runs/m30k/checkpoint.pt --eval test    # Multi30k's test split ($MULTI30K_DIR)
 
-With ``--pretrained`` the beam size and length penalty default to the ones chosen for it on
-validation. Scores are sacreBLEU's BLEU and chrF, each printed with its signature.
+The beam size and length penalty default to the model's own (``Translator.decoding``): for
+``--pretrained`` the ones chosen for it on validation, exactly what ``pretrained.load().translate``
+uses; for a checkpoint greedy decoding. Scores are sacreBLEU's BLEU and chrF, each printed with its
+signature.
 
 Bad input (a missing or incompatible checkpoint, an empty sentence, a sentence longer than the
 model allows, symbols a toy-task model does not know, a device this machine lacks, an option out of
@@ -36,6 +38,7 @@ from .options import MAX_BEAM
 __all__ = ["main"]
 
 MAX_BATCH = 4096  # sentences decoded together; more only fills memory
+SCORED_BEAM = 4  # scoring a model that chose no beam: greedy and this beam (the paper's)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,11 +60,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="the K best translations of each sentence with their scores, in the Moses n-best "
                              "format 'i ||| text ||| log_prob=L ||| score' (beam size at least K)")
     parser.add_argument("--beam-size", type=int, default=None, metavar="N",
-                        help=f"beam size, at most {MAX_BEAM} (default: 1, greedy; the pretrained model's chosen beam "
-                             "with --pretrained; 4 beside greedy when scoring; K with --n-best K)")
+                        help=f"beam size, at most {MAX_BEAM} (default: the model's chosen decoding: the pretrained "
+                             "model's chosen beam with --pretrained, else 1, greedy; 4 beside greedy when scoring a "
+                             "model without a chosen beam; at least K with --n-best K)")
     parser.add_argument("--length-penalty", type=float, default=None, metavar="ALPHA",
-                        help=f"beam search's GNMT length penalty, 0 to 10 (default: {LENGTH_PENALTY}, or the pretrained "
-                             "model's; 0 = none)")
+                        help=f"beam search's GNMT length penalty, 0 to 10 (default: the model's chosen one with "
+                             f"--pretrained, else {LENGTH_PENALTY}; 0 = none)")
     scoring = parser.add_argument_group("scoring (BLEU and chrF, with sacreBLEU's signatures)")
     scoring.add_argument("--eval", choices=["val", "test"], help="score on this Multi30k split (greedy and beam)")
     scoring.add_argument("--src", metavar="FILE", help="score on this source file (.gz too), with --ref")
@@ -111,18 +115,12 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _load(args: argparse.Namespace) -> Translator:
-    """The model, and the decoding settings that default to it (the pretrained model's chosen beam)."""
+    """The model. Its own decoding (``Translator.decoding``: the pretrained model's chosen beam) is the
+    default of ``--beam-size`` and ``--length-penalty``, resolved by the translator as the library does."""
     if args.pretrained:
-        decoding = pretrained.info().decoding
-        translator = pretrained.load(device=args.device)
         args.checkpoint = "the pretrained model"
-        args.beam_size = args.beam_size or decoding["beam_size"]
-        args.length_penalty = decoding["length_penalty"] if args.length_penalty is None else args.length_penalty
-    else:
-        translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
-    if args.length_penalty is None:
-        args.length_penalty = LENGTH_PENALTY
-    return translator
+        return pretrained.load(device=args.device)
+    return Translator.from_checkpoint(args.checkpoint, device=args.device)
 
 
 def _sentences(args: argparse.Namespace) -> list[str]:
@@ -145,10 +143,11 @@ def _sentences(args: argparse.Namespace) -> list[str]:
 
 def _translate(args: argparse.Namespace, translator: Translator, sentences: list[str]) -> None:
     if args.n_best is not None:
-        beam = max(args.beam_size or 1, args.n_best)
-        lines = list(format_n_best(n_best(translator, sentences, args.n_best, beam, args.length_penalty, args.batch_size)))
-    else:
-        lines = translator.translate(sentences, beam_size=args.beam_size or 1, batch_size=args.batch_size,
+        beam, length_penalty = translator.decoding_settings(args.beam_size, args.length_penalty)
+        beam = max(beam, args.n_best)
+        lines = list(format_n_best(n_best(translator, sentences, args.n_best, beam, length_penalty, args.batch_size)))
+    else:  # None: the model's own decoding, as Translator.translate defaults to it
+        lines = translator.translate(sentences, beam_size=args.beam_size, batch_size=args.batch_size,
                                      length_penalty=args.length_penalty)
     with open_output(args.output) as out:
         for line in lines:
@@ -174,9 +173,10 @@ def _score(args: argparse.Namespace, translator: Translator, threads: int) -> No
     name, pairs = _pairs(args, translator)
     if not pairs:
         raise TranslationError(f"{name.format(n=0)}: nothing to score")
-    beam = args.beam_size or 4
+    chosen, length_penalty = translator.decoding_settings(args.beam_size, args.length_penalty)
+    beam = chosen if chosen > 1 or args.beam_size is not None else SCORED_BEAM
     results = evaluate_bleu(translator, pairs, beam_sizes=(1, beam) if beam > 1 else (1,), batch_size=args.batch_size,
-                            length_penalty=args.length_penalty)
+                            length_penalty=length_penalty)
     references = [reference for _, reference in pairs]
     print(f"{name.format(n=len(pairs))}, {args.checkpoint} on {translator.device}, {_threads_text(threads)}", flush=True)
     chrf_signature = ""

@@ -183,7 +183,7 @@ def beam_beats_greedy(translator: Translator, tests: TestSet, beam_size: int = 3
     scorer = BLEU(effective_order=True)
     short = [i for i, source in enumerate(tests.sources) if len(translator.source_ids([source])[0]) <= max_source_tokens]
     sources = [tests.sources[i] for i in short]
-    greedy = translator.translate(sources)
+    greedy = translator.translate(sources, beam_size=1)
     beam = translator.translate(sources, beam_size=beam_size, length_penalty=length_penalty)
     found = []
     for i, g, b in zip(short, greedy, beam):
@@ -216,7 +216,10 @@ def head_profile(pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     of ``pairs`` (one pass per sentence): the mean entropy of a query's attention (bits), the mean
     signed offset from query to key (as :func:`transformer_lib.book.trained.head_statistics`), and
     the *modal offset*, the offset where most queries put their largest weight, with the share of
-    queries that do (``modal_share``; 1 = a purely positional head). Cross-attention has no offsets."""
+    queries that do (``modal_share``; 1 = a purely positional head), and the share of queries whose
+    largest weight is on the current or the previous token (``local_share``: offset 0 or -1).
+    Cross-attention has no offsets. Layers and heads are numbered from 1, as the book's charts show
+    them (the library's functions index them from 0)."""
     from transformer_lib.book import trained
 
     maps = [trained.attention(source, reference) for source, reference in pairs]
@@ -235,11 +238,13 @@ def head_profile(pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
                         distance += float((w * offsets).sum())
                         argmax_offsets += (w.argmax(dim=1) - torch.arange(w.size(0))).tolist()
                 row = {"kind": kind, "layer": layer + 1, "head": head + 1, "entropy_bits": entropy / count,
-                       "mean_offset": None, "modal_offset": None, "modal_share": None}
+                       "mean_offset": None, "modal_offset": None, "modal_share": None, "local_share": None}
                 if argmax_offsets:
-                    values, counts = torch.tensor(argmax_offsets).unique(return_counts=True)
+                    offsets_seen = torch.tensor(argmax_offsets)
+                    values, counts = offsets_seen.unique(return_counts=True)
                     row.update(mean_offset=distance / count, modal_offset=int(values[counts.argmax()]),
-                               modal_share=float(counts.max()) / len(argmax_offsets))
+                               modal_share=float(counts.max()) / len(argmax_offsets),
+                               local_share=float(((offsets_seen == 0) | (offsets_seen == -1)).float().mean()))
                 rows.append(row)
     return rows
 
