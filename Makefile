@@ -2,9 +2,10 @@
 #   make book   build the website into _build/html, executing every chapter
 #   make test   every check: every section run as on Colab (tests/test_colab.py, nbmake), then the
 #               site built from those runs and a headless browser over it; beside them the unit,
-#               reference and property tests, at the lowest declared versions (Python 3.10) and at .venv's
-# Both create .venv and install everything on first use. A torch already in .venv is kept, so a
-# CPU-only machine can pre-install the CPU build of PyTorch (see README, and .ci/run).
+#               reference and property tests, at the lowest declared versions (Python 3.10), at .venv's
+#               (requirements.lock) and at the newest the declared ranges allow (`make latest`)
+# Both create .venv and install everything on first use, at the versions requirements.lock pins
+# (torch's CPU build on a machine without an NVIDIA GPU, its CUDA build where there is one).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -15,7 +16,7 @@ STAMP := $(VENV)/.installed
 # Two pytest workers on two cores: one BLAS thread each, or they fight over the cores.
 PYTEST_WORKERS ?= 2
 
-.PHONY: book site test site-test library setup checks colab unit lowest python notebooks browser clean
+.PHONY: book site test site-test library setup torch lock checks colab unit lowest latest python notebooks browser clean release
 
 setup: $(STAMP)
 
@@ -28,13 +29,50 @@ $(UV):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip "uv>=0.5"
 
-# requirements.txt installs this checkout (editable) with its [book] and [site] extras, and the test tools.
+# One lock, one installer. requirements.txt names what .venv needs (this checkout, editable, with its
+# [book] and [site] extras, and the test tools) with lower bounds; requirements.lock pins every package
+# that resolves to, for every Python from 3.10 (`make lock` writes it), and uv installs exactly that,
+# with --no-deps: nothing is resolved on the user's machine, so `make` here, `.ci/run` and a reader's
+# fresh clone get the same versions, whatever the newest release or the machine's pip configuration.
+# The Colab-like run (tests/test_colab.py) takes its packages from this .venv, so it runs them too.
+# torch is installed first (`make torch`), at the lock's version: the lock leaves out the CUDA libraries
+# (nvidia-*, cuda-*, triton) that PyPI's Linux build pulls in, so a machine without an NVIDIA GPU gets
+# the CPU build (a wheel in $$PIP_FIND_LINKS if the machine has one, else PyTorch's CPU index) and a
+# machine with one gets PyPI's CUDA build with the libraries its release pins.
 # --compile-bytecode: where PYTHONDONTWRITEBYTECODE is set (as on this project's machines), Python never
 # writes the .pyc files an installer left out, and every process compiles each module it imports again
 # (without them the Colab-like run took half as long again).
-$(STAMP): requirements.txt pyproject.toml | $(UV)
-	$(UV) pip install --python $(BIN)/python --quiet --compile-bytecode -r requirements.txt
+LOCK := requirements.lock
+TORCH_PIN ?= $(shell grep -m1 -o -E '^torch==[^ ;]+' $(LOCK))
+$(STAMP): $(LOCK) pyproject.toml | $(UV)
+	$(MAKE) --no-print-directory torch
+	$(UV) pip install --python $(BIN)/python --quiet --compile-bytecode --no-deps -r $(LOCK)
+	$(BIN)/python -m pip check
 	touch $(STAMP)
+
+# torch at the lock's version, kept if .venv has it (either build).
+torch: | $(UV)
+	@installed="$$($(BIN)/python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)"; \
+	if [ "torch==$$installed" = "$(TORCH_PIN)" ]; then exit 0; fi; \
+	if nvidia-smi -L >/dev/null 2>&1 || [ "$$(uname)" = Darwin ]; then \
+	  echo "Installing $(TORCH_PIN) from PyPI (CUDA build on Linux with an NVIDIA GPU)"; \
+	  $(UV) pip install --python $(BIN)/python --quiet --compile-bytecode "$(TORCH_PIN)" -c $(LOCK); \
+	else \
+	  echo "No NVIDIA GPU: installing $(TORCH_PIN)+cpu, PyTorch's CPU build"; \
+	  { [ -n "$${PIP_FIND_LINKS:-}" ] && $(UV) pip install --python $(BIN)/python --quiet --compile-bytecode --no-deps \
+	      --no-index --find-links "$$PIP_FIND_LINKS" "$(TORCH_PIN)+cpu" 2>/dev/null; } || \
+	  $(UV) pip install --python $(BIN)/python --quiet --compile-bytecode --no-deps "$(TORCH_PIN)+cpu" \
+	      --index-url https://download.pytorch.org/whl/cpu; \
+	fi
+
+# The lock, made anew: the newest versions requirements.txt and pyproject.toml allow, for Python 3.10 and
+# later on every platform, torch at TORCH_PIN (`make lock TORCH_PIN=torch==X.Y.Z` moves it), without the
+# CUDA libraries (see above). Commit it with what it changes, after `make test` passed with it.
+lock: | $(UV)
+	{ sed -n '/^#/!q;p' $(LOCK); \
+	  $(UV) pip compile requirements.txt --universal --python-version 3.10 --no-header --no-annotate --quiet \
+	    -c <(echo "$(TORCH_PIN)") | grep -v -E '^(nvidia-|cuda-|triton)'; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
 
 # -W: warnings are errors; -n: nit-picky (every reference must resolve); --keep-going: report all.
 # A section that raises fails the build (nb_execution_raise_on_error in _config.yml).
@@ -56,7 +94,7 @@ site: $(STAMP)
 #     the execution cache; then the site, built from that cache and checked in the browser (two
 #     workers). This is the longer job: everything else must fit beside it;
 #   - beside it, at the lowest priority (nice 19), the library's tests (`library`): first at the lowest
-#     versions, installing their environment, then at .venv's, two workers each. They take what the
+#     versions, installing their environment, then at .venv's, then at the newest, two workers each. They take what the
 #     first job leaves idle (its first section runs alone while it installs the library, its last
 #     sections end one by one, the site builds on one core, the browser waits on pages), and both
 #     cores once it ends.
@@ -75,12 +113,14 @@ test: $(STAMP)
 	{ grep -v 'WARNING: Location' _build/library.log || true; }; \
 	exit $$status
 
-# The library's tests at the lowest versions, then at .venv's (a failure in the first still runs the second).
-# The shipped model's test BLEU is decoded once per version set: greedy at the lowest versions, the
-# headline's beam search at .venv's (each a pass over the 1,000 test sentences, about 20 s of CPU).
+# The library's tests at the lowest versions, at .venv's (the lock's), then at the newest (a failure in
+# one still runs the others). The shipped model's test BLEU is decoded once per version set: greedy at
+# the lowest and newest versions, the headline's beam search at .venv's (each a pass over the 1,000 test
+# sentences, about 20 s of CPU).
 library:
 	status=0; $(MAKE) --no-print-directory lowest || status=$$?; \
-	  $(MAKE) --no-print-directory unit UNIT_DESELECT=$(GREEDY_BLEU) || status=$$?; exit $$status
+	  $(MAKE) --no-print-directory unit UNIT_DESELECT=$(GREEDY_BLEU) || status=$$?; \
+	  $(MAKE) --no-print-directory latest || status=$$?; exit $$status
 
 site-test: site
 	$(MAKE) --no-print-directory browser
@@ -114,7 +154,7 @@ LOWEST_VENV := .venv-lowest
 # run), so that the workers do not end on one long test while the other waits (--dist worksteal hands
 # what is left to an idle worker).
 LOWEST_FIRST := tests/test_pretrained.py tests/test_trainer.py
-LOWEST_TESTS = $(LOWEST_FIRST) $(filter-out $(LOWEST_FIRST) tests/test_book% tests/test_colab.py tests/test_site% tests/test_install.py,\
+LOWEST_TESTS = $(LOWEST_FIRST) $(filter-out $(LOWEST_FIRST) tests/test_book% tests/test_colab.py tests/test_site% tests/test_install.py tests/test_lock.py,\
   $(shell grep -L -E '^(from transformer_lib\.book|from transformer_lib import book|import transformer_lib\.book)' tests/test_*.py))
 LOWEST_WORKERS ?= $(PYTEST_WORKERS)
 # Left out at the lowest versions: the shipped model's test BLEU with beam search (24 s of decoding).
@@ -148,12 +188,25 @@ $(LOWEST_VENV)/.installed: requirements-lowest.txt | $(UV)
 	{ $(LOWEST_VENV)/bin/python -m pip check || true; } | { ! grep -v -e 'requires triton' -e '^No broken requirements'; }
 	touch $@
 
+# The library's tests at the newest versions pyproject.toml's ranges allow, without the lock: a new
+# release of torch (PyPI's newest is a CUDA build, several GB, which runs on a CPU too) or of any other
+# dependency that breaks something shows here first. .venv-latest is kept between runs and upgraded to
+# what PyPI has today (uv's cache keeps a repeated run quick). The same tests as `make lowest` (the
+# library's, not the book's, nor tests/test_lock.py, which checks .venv against the lock).
+LATEST_VENV := .venv-latest
+latest: | $(UV)
+	test -x $(LATEST_VENV)/bin/python || $(UV) venv --quiet --python $(BIN)/python $(LATEST_VENV)
+	$(UV) pip install --python $(LATEST_VENV)/bin/python --quiet --compile-bytecode --upgrade -e . pytest pytest-xdist hypothesis pyyaml
+	$(LATEST_VENV)/bin/python -c 'import torch; print("make latest: torch", torch.__version__)'
+	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) $(LATEST_VENV)/bin/python -m pytest -p no:cacheprovider -q \
+	  -n $(PYTEST_WORKERS) --dist worksteal --durations=10 -m "not end_to_end" --deselect $(LOWEST_DESELECT) $(LOWEST_TESTS)
+
 # The same tests on another Python (`make python PY=3.13`; 3.12 and 3.13 passed on 2026-11-27), in
-# .venv-py<PY> with the newest versions pip resolves there (PyPI's CUDA build of torch, several GB).
+# .venv-py<PY> with the newest versions uv resolves there (PyPI's CUDA build of torch, several GB).
 PY ?= 3.13
-python:
-	test -x .venv-py$(PY)/bin/python || $(firstword $(wildcard $(HOME)/.pyenv/versions/$(PY)*/bin/python$(PY)) python$(PY)) -m venv .venv-py$(PY)
-	.venv-py$(PY)/bin/python -m pip install --quiet . pytest hypothesis pyyaml
+python: | $(UV)
+	test -x .venv-py$(PY)/bin/python || $(UV) venv --quiet --python $(firstword $(wildcard $(HOME)/.pyenv/versions/$(PY)*/bin/python$(PY)) python$(PY)) .venv-py$(PY)
+	$(UV) pip install --python .venv-py$(PY)/bin/python --quiet --upgrade . pytest hypothesis pyyaml
 	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) .venv-py$(PY)/bin/python -m pytest -p no:cacheprovider -q $(LOWEST_TESTS)
 
 # Every chapter under nbmake in this checkout's .venv, two at a time: the quick check while writing one.
@@ -177,6 +230,11 @@ browser: $(STAMP)
 	status=0; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal \
 	  tests/test_site.py tests/test_site_downloads.py tests/test_book_trained_pages.py || status=$$?; \
 	  $(BIN)/python tests/test_site.py; exit $$status
+
+# A release (README, "Releasing"): `make release VERSION=X.Y.Z` (tools/release.py says what it changes).
+release: $(STAMP)
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=X.Y.Z"; exit 2; }
+	$(BIN)/python tools/release.py $(VERSION)
 
 clean:
 	rm -rf _build .pytest_cache

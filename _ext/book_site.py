@@ -185,8 +185,8 @@ def _setup_note() -> nodes.admonition:
         nodes.Text("On Colab, or anywhere "),
         nodes.literal("", "transformer_lib"),
         nodes.Text(
-            " is not installed (or another package of that name is), this cell installs it, at this "
-            "book's release, from the book's repository. "
+            " is not installed (or another package of that name is), this cell installs it from the "
+            "book's repository, at its latest release (its default branch until one is tagged). "
             "On this website, and in a clone set up with "
         ),
         nodes.literal("", "make setup"),

@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbmake")
@@ -85,7 +86,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = sorted(p.relative_to(ROOT / "book").as_posix() for p in (ROOT / "book").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
 # The sections that show the shipped model's run, read from its file (its command and signature must appear).
 SHOW_THE_SHIPPED_RUN = ("05_training/08_full_result.ipynb",)
-REPOSITORY = "git+https://github.com/tested-transformer/tested-transformer"
+# The repository the set-up cells install from: _config.yml's, the one place it is written.
+REPOSITORY = "git+" + yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 # The site build's execution cache (myst-nb's default place for `jupyter-book build .`).
 SITE_CACHE = Path(os.environ.get("BOOK_EXECUTION_CACHE") or ROOT / "_build" / ".jupyter_cache")
 # What a fresh Colab runtime ships that the book uses (their own requirements come with them).
@@ -202,9 +204,13 @@ def _colab_runtime(home: Path, view: Path) -> None:
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without what would show it the checkout (PYTHONPATH, the venv)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
-    return {**env, "OMP_NUM_THREADS": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
+    """This process's environment without what would show it the checkout (PYTHONPATH, the venv), nor
+    this machine's pip configuration (its constraint files, indexes and wheel folders: Colab has none
+    of them). The runtime's packages are .venv's, which `make` installed from requirements.lock, and its
+    pip can install only the wheels of those same versions (``wheelhouse``): one set of versions."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV") and not k.startswith("PIP_")}
+    return {**env, "OMP_NUM_THREADS": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CONFIG_FILE": os.devnull, **extra}
 
 
 def _importable(python: Path, modules: tuple[str, ...]) -> list[str]:
