@@ -59,6 +59,33 @@ def test_stopping_and_resuming_gives_the_same_losses_as_an_uninterrupted_run(tmp
         assert torch.equal(resumed.model.state_dict()[name], value), name
 
 
+def test_a_signal_s_stop_leaves_the_loss_history_as_an_uninterrupted_run_s(tmp_path: Path) -> None:
+    """Ctrl-C in the middle of a logging window: the window's partial record used to be logged at the
+    stop, so the resumed run's history (and metrics.json's curve) had a record the other lacks."""
+    settings = dict(max_steps=13, log_every=4, eval_every=3)
+    torch.manual_seed(123)
+    uninterrupted = _trainer(tmp_path / "a", **settings)
+    uninterrupted.fit()
+
+    torch.manual_seed(123)
+    stopped = _trainer(tmp_path / "b", **settings)
+
+    def ctrl_c(record: dict) -> None:
+        if record["step"] == 6:  # between the records of steps 4 and 8
+            stopped.stop_requested = "SIGINT"
+
+    stopped.on_eval = ctrl_c
+    stopped.fit()
+    assert stopped.step == 6 and [r["step"] for r in stopped.history["train"]] == [4]
+    resumed = _trainer(tmp_path / "b", model_seed=1, **settings)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "b" / "checkpoint.pt"))
+    resumed.fit()
+    for kind in ("train", "val"):
+        expected = [(r["step"], r["loss"]) for r in uninterrupted.history[kind]]
+        assert [(r["step"], r["loss"]) for r in resumed.history[kind]] == expected, kind
+    assert [r["step"] for r in resumed.history["train"]] == [4, 8, 12, 13]
+
+
 class PowerCut(Exception):
     """A crash in the middle of training."""
 

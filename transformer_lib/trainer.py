@@ -278,6 +278,7 @@ class Trainer:
         self._window_loss = RunningMean(self.device)
         self._epoch_loss = RunningMean(self.device)
         self._window_start = time.perf_counter()
+        self._window_carried_s = 0.0  # seconds the current logging window ran before a resume
         self._all_finite = torch.ones((), dtype=torch.bool, device=self.device)
 
     @property
@@ -366,7 +367,9 @@ class Trainer:
         config = self.config
         bar_options = {} if config.progress and self.is_main else {"disable": True}
         bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, **bar_options)
-        self._window_start = time.perf_counter()
+        # A resumed window goes on from the time it had run when it was saved (see state_dict).
+        self._window_start = time.perf_counter() - self._window_carried_s
+        self._window_carried_s = 0.0
         try:
             while not self._should_stop():
                 sampler = getattr(self.train_loader, "batch_sampler", None)
@@ -396,7 +399,9 @@ class Trainer:
                         self._validate()
                     if config.checkpoint_every is None and config.eval_every is None:
                         self.save()
-            if self._window_loss.updates:  # the last, partial logging window
+            # The last, partial logging window; a signal's stop leaves it in the checkpoint instead, so a
+            # resumed run records it where an uninterrupted run would (the same loss history).
+            if self._window_loss.updates and self.stop_requested is None:
                 self._log()
             if self._saved_at != (self.step, len(self.history["train"]), len(self.history["val"])):
                 self.save()
@@ -523,6 +528,7 @@ class Trainer:
                 "loss": self._window_loss.total.cpu().clone(),
                 "tokens": int(self._window_loss.count),
                 "steps": self._window_loss.updates,
+                "seconds": (self._window_carried_s or time.perf_counter() - self._window_start) if self._window_loss.updates else 0.0,
                 "epoch_loss": self._epoch_loss.total.cpu().clone(),
                 "epoch_tokens": int(self._epoch_loss.count),
             },
@@ -550,6 +556,7 @@ class Trainer:
         self._window_loss.reset()
         self._window_loss.update(torch.as_tensor(window["loss"]).to(self.device, torch.float64), float(window["tokens"]))
         self._window_loss.updates = int(window["steps"])
+        self._window_carried_s = float(window.get("seconds", 0.0))  # absent in older checkpoints
         self._epoch_loss.reset()
         self._epoch_loss.update(torch.as_tensor(window.get("epoch_loss", 0.0)).to(self.device, torch.float64), float(window.get("epoch_tokens", 0)))
         self._restore_rng(state["rng_state"])
