@@ -28,6 +28,9 @@ opened at a phone's size (390x844) in dark mode, then turned to light mode at a 
   gives the committed notebook; every Colab link opens a notebook of the book; the introduction's
   Colab badges, when present, cover every chapter;
 - the Colab set-up cell is labelled as what it is;
+- the table of contents and "on this page" open with their buttons, their links on show and
+  tappable, and close again, on a phone and a laptop, on a page of each kind (the book's first page,
+  a chapter's landing page, a section): ``test_the_table_of_contents_and_on_this_page_open_and_close``;
 - search finds every page by its title.
 
 A full-page screenshot of every page (light, dark, phone) and its printed PDF go to
@@ -1178,6 +1181,180 @@ def test_search_finds_every_page_by_its_title(browser: Any, site: str) -> None:
                 ".every(li => li.querySelector(':scope > span, p.context'))",
                 timeout=15_000,
             )
+        assert not record.problems(), record.problems()
+
+
+# --- navigation: the table of contents and "on this page", on a phone and a laptop ----------------
+
+# The two panels a reader navigates with, each opened and closed by a button of the article's header
+# (sphinx-book-theme): the table of contents (the theme's primary sidebar; on a narrow screen it opens
+# as a dialog over the page, on a wide one it is on show and the button folds it away) and "on this
+# page" (the secondary sidebar: the page's sections; a dialog below 1200 px, on show beside the text
+# from there). Where the theme has put a panel's links: its sidebar, or the dialog it opens.
+NAV_PANELS = {
+    "table of contents": {"toggle": "button.primary-toggle", "boxes": ["#pst-primary-sidebar", "#pst-primary-sidebar-modal"]},
+    "on this page": {"toggle": "button.secondary-toggle", "boxes": ["#pst-secondary-sidebar", "#pst-secondary-sidebar-modal"]},
+}
+# How long a panel may take to open or close (the theme slides it over 0.25 s).
+NAV_TIMEOUT_MS = 5_000
+
+# A panel's links as a reader finds them: of every link the panel shows (not those of a folded
+# chapter), whether it is on show and can be tapped: scrolled into view within the panel (`scroll`;
+# a long table of contents scrolls), inside the window, and the element under its middle is the link
+# (nothing lies over it; a hidden panel's links are never hit). Returns the links laid out, how many
+# of them can be tapped, and the first few that cannot, with why.
+NAV_LINKS_JS = """({boxes, scroll}) => {
+  // Chromium keeps boxes for what a closed <details> hides (a folded chapter's sections)
+  const links = boxes.flatMap(s => Array.from(document.querySelectorAll(`${s} a[href]`)))
+    .filter(a => a.getClientRects().length > 0 && !a.closest("details:not([open]) > :not(summary)"));
+  const bad = [];
+  let reachable = 0;
+  for (const a of links) {
+    if (scroll) a.scrollIntoView({block: "nearest", inline: "nearest"});
+    const r = a.getClientRects()[0], x = r.left + r.width / 2, y = r.top + r.height / 2;
+    const text = (a.textContent || a.getAttribute("href")).trim().replace(/\\s+/g, " ").slice(0, 40);
+    let why = null;
+    if (r.width < 1 || r.height < 1) why = "has no size";
+    else if (x < 0 || y < 0 || x >= innerWidth || y >= innerHeight) why = `lies outside the window (${Math.round(x)}, ${Math.round(y)})`;
+    else {
+      const hit = document.elementFromPoint(x, y);
+      if (!hit || !(hit === a || a.contains(hit))) {
+        why = hit ? `is covered by <${hit.tagName.toLowerCase()} class="${hit.className}">` : "is not hit";
+      }
+    }
+    if (why === null) reachable += 1;
+    else if (bad.length < 5) bad.push(`${text}: ${why}`);
+  }
+  return {links: links.length, reachable: reachable, bad: bad};
+}"""
+
+# Every open link reachable and at least `least` of them; closed: none.
+NAV_OPEN_JS = f"""(args) => {{ const s = ({NAV_LINKS_JS})(args); return s.links >= args.least && s.reachable === s.links; }}"""
+NAV_CLOSED_JS = f"""(args) => ({NAV_LINKS_JS})(args).reachable === 0"""
+
+# A dialog the theme opened for a panel (on a narrow screen), with its box: a reader closes it by
+# tapping beside it.
+NAV_DIALOG_JS = """(boxes) => {
+  const dialog = boxes.map(s => document.querySelector(s)).find(e => e && e.tagName === "DIALOG" && e.open);
+  if (!dialog) return null;
+  const r = dialog.getBoundingClientRect();
+  return {left: r.left, right: r.right};
+}"""
+
+
+def _nav_pages() -> list[str]:
+    """Pages of each kind whose navigation is checked: the book's first page, a chapter's landing
+    page and the first section (a notebook). All of them have both panels (the theme shows "on this
+    page" wherever a page has sections; every page of the book has)."""
+    if not PAGES:
+        return []
+    landing = next((f"{c['file']}.html" for c in TOC.get("chapters", []) if f"{c['file']}.html" in PAGES), None)
+    section = next((p for p in PAGES if notebook_of(p)), None)
+    return [p for p in dict.fromkeys([ROOT_PAGE, landing, section]) if p in PAGES]
+
+
+NAV_PAGES = _nav_pages()
+
+
+def _nav_wait(page: Any, condition: str, args: dict) -> bool:
+    try:
+        page.wait_for_function(condition, arg=args, timeout=NAV_TIMEOUT_MS)
+    except Exception:  # Playwright's TimeoutError: the caller says what a reader would find
+        return False
+    return True
+
+
+def _nav_panel_open(page: Any, panel: str, least: int, what: str) -> None:
+    """Waits until the panel is open with every link it lays out on show and tappable (and at least
+    ``least``); fails with what a reader would find otherwise."""
+    args = {"boxes": NAV_PANELS[panel]["boxes"], "scroll": True, "least": least}
+    if not _nav_wait(page, NAV_OPEN_JS, args):
+        state = page.evaluate(NAV_LINKS_JS, args)
+        pytest.fail(f"{what}: {panel!r} is not open with its links on show ({state['reachable']} of "
+                    f"{state['links']} links can be tapped, at least {least} wanted): {state['bad']}", pytrace=False)
+
+
+def _nav_panel_closed(page: Any, panel: str, what: str) -> None:
+    args = {"boxes": NAV_PANELS[panel]["boxes"], "scroll": False}
+    if not _nav_wait(page, NAV_CLOSED_JS, args):
+        state = page.evaluate(NAV_LINKS_JS, args)
+        pytest.fail(f"{what}: {panel!r} did not close ({state['reachable']} of its links still on show)", pytrace=False)
+
+
+def _nav_screenshot(page: Any, shot: Path) -> None:
+    """The window with a panel open (every page's screenshots are wanted: ``EVERY_SCREENSHOT``)."""
+    if EVERY_SCREENSHOT:
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=shot)
+
+
+def _nav_toggle(page: Any, panel: str) -> Any | None:
+    """The panel's button as the reader sees it (the theme also has one it hides), or ``None``."""
+    shown = page.locator(f"{NAV_PANELS[panel]['toggle']}:visible")
+    return shown.first if shown.count() else None
+
+
+@pytest.mark.parametrize("viewport", ["phone", "desktop"])
+@pytest.mark.parametrize("path", NAV_PAGES)
+def test_the_table_of_contents_and_on_this_page_open_and_close(browser: Any, site: str, path: str, viewport: str) -> None:
+    """On a phone (390x844) and a laptop (1280x900), a reader opens each navigation panel with its
+    button and finds its links on show (``NAV_LINKS_JS``: in the window, nothing over them, tappable),
+    and closes it again: a dialog by tapping beside it or with Escape, a sidebar with its button. A
+    panel without a button on show must be on show itself ("on this page" beside the text of a laptop).
+    The table of contents lists at least every chapter. A screenshot with each panel open goes to
+    ``<page>.nav-<panel>-<viewport>.png``."""
+    chapters = len(TOC.get("chapters", []))
+    size = LAYOUT_VIEWPORTS[viewport]
+    with visit(browser, site, viewport=size) as (page, record):
+        assert not open_page(page, record, path)
+        for panel, least in (("table of contents", chapters), ("on this page", 1)):
+            boxes = NAV_PANELS[panel]["boxes"]
+            where = f"{path} at {size['width']}x{size['height']}"
+            shot = SCREENSHOTS / f"{slug(path)}.nav-{panel.replace(' ', '-')}-{viewport}.png"
+            toggle = _nav_toggle(page, panel)
+            if toggle is None:  # no button: the panel is on show for good
+                _nav_panel_open(page, panel, least, f"{where}, with no button to open it")
+                _nav_screenshot(page, shot)
+                continue
+            opened = page.evaluate(NAV_LINKS_JS, {"boxes": boxes, "scroll": False})["reachable"] > 0
+            if opened:  # on show from the start (a laptop's table of contents): folded away, then back
+                toggle.click()
+                _nav_panel_closed(page, panel, f"{where}, its button clicked")
+                toggle.click()
+                _nav_panel_open(page, panel, least, f"{where}, its button clicked again")
+                _nav_screenshot(page, shot)
+                continue
+            for close in ("tap beside it", "Escape"):
+                toggle.click()
+                _nav_panel_open(page, panel, least, f"{where}, its button clicked")
+                if close == "tap beside it":
+                    _nav_screenshot(page, shot)
+                    dialog = page.evaluate(NAV_DIALOG_JS, boxes)
+                    assert dialog, f"{where}: {panel!r} is open, but not as a dialog to close by tapping beside it"
+                    left, right = dialog["left"], size["width"] - dialog["right"]
+                    assert max(left, right) >= 20, f"{where}: {panel!r} leaves no room beside it to tap: {dialog}"
+                    page.mouse.click(left / 2 if left > right else dialog["right"] + right / 2, size["height"] / 2)
+                else:
+                    page.keyboard.press("Escape")
+                _nav_panel_closed(page, panel, f"{where}, after {close}")
+        assert not record.problems(), record.problems()
+
+
+def test_a_reader_on_a_phone_goes_to_a_chapter_from_the_table_of_contents(browser: Any, site: str) -> None:
+    """The table of contents, opened on a phone, takes the reader where its link says: from the
+    book's first page to the first chapter."""
+    if len(NAV_PAGES) < 2:
+        pytest.skip("no chapter pages built yet")
+    start, target = NAV_PAGES[0], NAV_PAGES[1]
+    with visit(browser, site, viewport=LAYOUT_VIEWPORTS["phone"]) as (page, record):
+        assert not open_page(page, record, start)
+        toggle = _nav_toggle(page, "table of contents")
+        assert toggle is not None, f"{start}: no table-of-contents button on show on a phone"
+        toggle.click()
+        _nav_panel_open(page, "table of contents", 1, f"{start} on a phone, its button clicked")
+        href = os.path.relpath(target, os.path.dirname(start))  # as Sphinx writes its links
+        page.locator(f'#pst-primary-sidebar-modal a[href="{href}"]').first.click()
+        page.wait_for_url(f"**/{target}", timeout=NAV_TIMEOUT_MS)
         assert not record.problems(), record.problems()
 
 
