@@ -18,7 +18,7 @@ from transformer_lib.prepared import prepare_multi30k
 from transformer_lib.vocab import SPECIALS, UNK, Vocab
 from transformer_lib.model import Transformer
 from transformer_lib.config import TransformerConfig
-from transformer_lib.subword import WORD_START, SubwordTokenizer
+from transformer_lib.subword import WORD_START, SubwordTokenizer, check_merge_order
 from transformer_lib.checkpoint import CHECKPOINT_FORMAT_VERSION, checkpoint_metadata, load_checkpoint, save_checkpoint
 from transformer_lib.tokenizers import tokenizer_from_dict
 from transformer_lib.translator import Translator
@@ -198,3 +198,15 @@ def test_checkpoints_of_both_kinds_translate(tokenizer: str, tmp_path: Path) -> 
     tokens_out = translator.translate_tokens([sentence])[0]
     assert translator.translate([sentence])[0] == translator.detokenize(tokens_out)
     assert load_checkpoint(path)["data"]["tokenizer"] == tokenizer
+
+
+def test_merges_out_of_their_learned_order_are_refused(bpe: SubwordTokenizer, corpus) -> None:
+    """BPE applies merges by rank: a reordered list passed every check and split text differently."""
+    stored = bpe.to_dict()
+    check_merge_order(stored["tokens"], stored["merges"])  # as learned: accepted
+    swapped = list(stored["merges"])
+    swapped[3], swapped[4] = swapped[4], swapped[3]
+    with raises(ValueError, "merges[3]", repr(list(swapped[3]))):
+        tokenizer_from_dict({**stored, "merges": swapped})
+    with raises(ValueError, "merges[0]"):
+        SubwordTokenizer.from_dict({**stored, "merges": stored["merges"][1:] + stored["merges"][:1]})

@@ -26,10 +26,46 @@ from typing import Any
 from .validation import check_bool
 from .vocab import SPECIALS, UNK, Tokenizer, Vocab
 
-__all__ = ["WORD_START", "SubwordTokenizer"]
+__all__ = ["WORD_START", "SubwordTokenizer", "check_merge_order"]
 
 # Marks the first piece of a word: "▁Fahr" "rad" is one word, "▁Fahr" "▁rad" two.
 WORD_START = "\u2581"
+
+
+def check_merge_order(tokens: Sequence[str], merges: Sequence[Sequence[str]]) -> None:
+    """Refuse merges that are not in the order BPE learned them, or a vocabulary not numbered by it.
+
+    BPE applies its merges by rank, so a reordered list splits text differently from the tokenizer a
+    model trained with, silently. Training numbers each new token as it is made: the token of the
+    ``i``-th merge that makes a new one gets the next id after the characters (a merge may also make a
+    token an earlier one made). That numbering is checked, so no checksum is needed (files written
+    before this check pass it, as they come from training).
+
+    Raises:
+        ValueError: naming the first merge out of order, its token and the ids.
+    """
+    ids = {token: i for i, token in enumerate(tokens)}
+    made = {"".join(pair) for pair in merges}
+    next_id = len(tokens) - len(made)  # the first token a merge made
+    seen: set[int] = set()
+    for i, (first, second) in enumerate(merges):
+        joined = first + second
+        token_id, parts = ids.get(joined), (ids.get(first), ids.get(second))
+        if token_id is None or None in parts:
+            missing = next(piece for piece in (first, second, joined) if piece not in ids)
+            raise ValueError(f"merges[{i}]={[first, second]!r} uses {missing!r}, which is not in the vocabulary")
+        if token_id == next_id:
+            seen.add(token_id)
+            next_id += 1
+        elif token_id not in seen:
+            raise ValueError(
+                f"merges[{i}]={[first, second]!r} makes {joined!r} (id {token_id}) where BPE's order makes id {next_id}: "
+                "the merges are not in the order they were learned (reordered or edited), and would split text "
+                "differently from the tokenizer the model trained with"
+            )
+        if max(parts) >= token_id:  # type: ignore[type-var]
+            raise ValueError(f"merges[{i}]={[first, second]!r} makes {joined!r} (id {token_id}) from a token made "
+                             "later: the merges are not in the order they were learned")
 
 
 def _pipeline(model: Any = None) -> Any:
@@ -105,6 +141,7 @@ class SubwordTokenizer(Tokenizer):
         merges (pairs, first learned first), around this module's normalisation and splitting."""
         from tokenizers import models
 
+        check_merge_order(tokens, merges)
         model = models.BPE(vocab={token: i for i, token in enumerate(tokens)},
                            merges=[(first, second) for first, second in merges], unk_token=UNK)
         tokenizer = _pipeline(model)
