@@ -5,6 +5,7 @@ leaves no output folder behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ from transformer_lib.device import parse_device
 from transformer_lib.embeddings import TokenEmbedding
 from transformer_lib.model import DecoderOnlyTransformer, Transformer, count_parameters
 from transformer_lib.multi30k import MULTI30K_SHA256
+from transformer_lib.prepared import PreparedTranslation, prepare_multi30k
 from transformer_lib.subword import SubwordTokenizer
 from transformer_lib.tokenizers import SymbolTokenizer, WordTokenizer, tokenizer_from_dict
 from transformer_lib.toy_tasks import MAX_LENGTH, MAX_PAIRS, MAX_SYMBOLS, toy_task
@@ -1019,3 +1021,61 @@ def test_a_toy_sequence_longer_than_the_preset_allows_names_longest(tmp_path: Pa
     code, err = run(train.cli, [*TOY, "--longest", "300", "--max-steps", "1", "--out", str(tmp_path / "r")], capsys)
     assert_one_line_error(code, err, "--longest", "300", "127")
     assert not (tmp_path / "r").exists()
+
+
+# --- 12. Inputs that changed results without a word (issue 43) ---------------------------------------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "multi30k"
+FIXTURE_SHA256 = {line.split()[1]: line.split()[0] for line in (FIXTURE / "SHA256SUMS").read_text().splitlines()}
+
+
+@pytest.fixture(scope="module")
+def fixture_data(tmp_path_factory: pytest.TempPathFactory) -> PreparedTranslation:
+    return prepare_multi30k(FIXTURE, checksums=FIXTURE_SHA256, min_freq=1)
+
+
+def _edited(prepared: PreparedTranslation, path: Path, **changes) -> Path:
+    dataclasses.replace(prepared, **changes).save(path)
+    return path
+
+
+def test_resume_refuses_other_data_with_the_same_tokenizers(fixture_data: PreparedTranslation, tmp_path: Path, capsys) -> None:
+    """Resuming with another --data trained on it without a word (only the tokenizers were compared)."""
+    first = _edited(fixture_data, tmp_path / "a.pt")
+    train_split = fixture_data.splits["train"]
+    order = list(range(len(train_split)))[::-1]  # the same pairs in another order: other batches, other weights
+    other = _edited(fixture_data, tmp_path / "b.pt", splits={**fixture_data.splits, "train": train_split.subset(order)},
+                    text={**fixture_data.text, "train": [fixture_data.text["train"][i] for i in order]})
+    run_args = ["--task", "multi30k", "--out", str(tmp_path / "run"), "--profile", "fast", "--batch-size", "16",
+                "--no-progress", "--device", "cpu", "--bleu", "off", "--keep-weights", "0"]
+    assert run(train.cli, [*run_args, "--data", str(first), "--max-steps", "2"], capsys)[0] == 0
+    code, err = run(train.cli, [*run_args, "--data", str(other), "--max-steps", "4"], capsys)
+    assert_one_line_error(code, err, str(other), "--data", "--restart")
+    assert run(train.cli, [*run_args, "--data", str(first), "--max-steps", "4"], capsys)[0] == 0  # its own data resumes
+
+
+def test_prepared_data_without_a_validation_split_is_one_line(fixture_data: PreparedTranslation, tmp_path: Path, capsys) -> None:
+    path = _edited(fixture_data, tmp_path / "data.pt", splits={"train": fixture_data.splits["train"]},
+                   text={"train": fixture_data.text["train"]})
+    code, err = run(train.cli, ["--task", "multi30k", "--data", str(path), "--out", str(tmp_path / "run"), "--profile",
+                                "fast", "--max-steps", "1", "--no-progress", "--device", "cpu"], capsys)
+    assert_one_line_error(code, err, str(path), "'val'")
+
+
+@pytest.mark.parametrize("side", [0, 1], ids=["sources", "references"])
+def test_prepared_text_misaligned_with_its_ids_is_refused(fixture_data: PreparedTranslation, tmp_path: Path, side: int) -> None:
+    """References shifted by one line against the sources (and their ids) passed every check."""
+    pairs = fixture_data.text["val"]
+    column = [pair[side] for pair in pairs]
+    shifted = column[1:] + column[:1]
+    text = [(new, t) if side == 0 else (s, new) for (s, t), new in zip(pairs, shifted)]
+    path = _edited(fixture_data, tmp_path / "data.pt", text={**fixture_data.text, "val": text})
+    with raises(ValueError, str(path), "'val'", "pair 1", ["source", "reference"][side]):
+        PreparedTranslation.load(path)
+
+
+def test_prepared_data_with_ids_but_no_text_for_a_split_is_refused(fixture_data: PreparedTranslation, tmp_path: Path) -> None:
+    text = {name: pairs for name, pairs in fixture_data.text.items() if name != "test"}
+    path = _edited(fixture_data, tmp_path / "data.pt", text=text)
+    with raises(ValueError, str(path), "'test'"):
+        PreparedTranslation.load(path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ class PreparedTranslation(TokenizerPair):
         splits: split name -> :class:`TranslationData`.
         text: split name -> list of raw ``(source, target)`` pairs (references for BLEU, samples).
         settings: how the text was tokenized (the checkpoint's ``"data"`` entry): plain values only.
+        sha256: the SHA-256 of the contents as :meth:`save` wrote them (set by :meth:`save` and
+            :meth:`load`; ``None`` before): what a resumed run compares to know it trains on the same data.
     """
 
     src_tokenizer: Tokenizer
@@ -53,8 +55,10 @@ class PreparedTranslation(TokenizerPair):
     splits: dict[str, TranslationData]
     text: dict[str, list[tuple[str, str]]]
     settings: dict[str, Any]
+    sha256: str | None = field(default=None, compare=False)
 
     def save(self, path: str | Path) -> None:
+        """Write the file atomically (a temporary file beside ``path``, then renamed), with its checksum."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
@@ -65,17 +69,19 @@ class PreparedTranslation(TokenizerPair):
             "splits": {name: data.to_dict() for name, data in self.splits.items()},
             "text": {name: {"src": [s for s, _ in pairs], "tgt": [t for _, t in pairs]} for name, pairs in self.text.items()},
         }
-        payload["checksum"] = {"sha256": content_sha256(payload)}  # verified by load
+        self.sha256 = content_sha256(payload)
+        payload["checksum"] = {"sha256": self.sha256}  # verified by load
         tmp = path.with_name(f".{path.name}.tmp")
         torch.save(payload, tmp)
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: str | Path) -> PreparedTranslation:
+    def load(cls, path: str | Path, needs: Sequence[str] = ("train",)) -> PreparedTranslation:
         """Read a file :meth:`save` wrote (``weights_only``: no code runs), verify its SHA-256 checksum and
         check every entry before use: the tokenizers, each split's ids (in the vocabularies), lengths
-        (they add up, source and target pair up) and text. Errors are ``ValueError`` s naming the
-        file and the split or entry."""
+        (they add up, source and target pair up), text (for every split, and giving its ids: a sample of
+        pairs is tokenized again), and that it holds the splits ``needs`` names. Errors are
+        ``ValueError`` s naming the file and the split or entry."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no prepared data at {path}; make it with `python -m transformer_lib.cli.train --task multi30k --prepare-only --out FOLDER`")
@@ -91,7 +97,15 @@ class PreparedTranslation(TokenizerPair):
                 f"{PREPARED_VERSION}: prepare it again with --prepare-only"
             )
         _verify_checksum(payload, path)
-        return _from_payload(cls, payload, path)
+        prepared = _from_payload(cls, payload, path)
+        missing = [name for name in needs if name not in prepared.splits]
+        if missing:
+            raise ValueError(f"{path} has no {' or '.join(repr(m) for m in missing)} split (it holds {sorted(prepared.splits)}); "
+                             "prepare it again with --prepare-only")
+        check_alignment(prepared, str(path))
+        stored = payload.get("checksum")  # verified above; older files have none
+        prepared.sha256 = stored["sha256"] if stored else content_sha256(payload)
+        return prepared
 
 
 def _verify_checksum(payload: Mapping[str, Any], path: Path) -> None:
@@ -121,9 +135,47 @@ def _from_payload(cls: type[PreparedTranslation], payload: Mapping[str, Any], pa
         raise ValueError(f"{path}: 'text' and 'settings' must be dicts, got {_describe(text)} and {_describe(settings)}")
     data = {name: _split_from_file(values, len(src.vocab), len(tgt.vocab), f"{path}: split {name!r}")
             for name, values in splits.items()}
+    if set(text) != set(data):
+        raise ValueError(f"{path}: the splits with ids {sorted(data)} and with text {sorted(text)} differ; every split "
+                         "needs both (the text is what BLEU scores against)")
     pairs = {name: _text_from_file(values, len(data[name]) if name in data else None, f"{path}: text of split {name!r}")
              for name, values in text.items()}
     return cls(src_tokenizer=src, tgt_tokenizer=tgt if tgt != src else src, splits=data, text=pairs, settings=dict(settings))
+
+
+ALIGNMENT_SAMPLE = 32  # pairs of each split tokenized again at load: the first, the last, and evenly between
+
+
+def check_alignment(prepared: PreparedTranslation, where: str) -> None:
+    """Each split's text gives its ids, on a sample of pairs: sources and references that were shifted or
+    shuffled against each other (or against the ids) are refused instead of trained and scored on.
+
+    A BPE or symbol tokenizer tokenizes the text again and must give the ids exactly; a word
+    tokenizer's tokens (spaCy's, slices of the text) must each occur in the text, so no spaCy is needed.
+
+    Raises:
+        ValueError: naming ``where``, the split, the pair (counted from 1) and its side.
+    """
+    for name, data in prepared.splits.items():
+        pairs = prepared.text.get(name, [])
+        n = min(len(pairs), len(data))
+        for i in sorted({round(k * (n - 1) / max(ALIGNMENT_SAMPLE - 1, 1)) for k in range(ALIGNMENT_SAMPLE)} if n else ()):
+            for side, tokenizer, text, ids in (("source", prepared.src_tokenizer, pairs[i][0], data.src[i]),
+                                               ("reference", prepared.tgt_tokenizer, pairs[i][1], data.tgt[i])):
+                if not _gives(tokenizer, text, list(ids)):
+                    raise ValueError(
+                        f"{where}: split {name!r}, pair {i + 1}: the {side} text {text[:60]!r} does not give its token ids "
+                        f"({' '.join(tokenizer.vocab.decode(ids))[:60]!r}): the text and the ids are misaligned; "
+                        "prepare the data again with --prepare-only"
+                    )
+
+
+def _gives(tokenizer: Tokenizer, text: str, ids: list[int]) -> bool:
+    if isinstance(tokenizer, WordTokenizer):
+        lowered = text.lower() if tokenizer.lowercase else text
+        unk = tokenizer.vocab.unk_id
+        return all(tokenizer.vocab.tokens[i] in lowered for i in ids if i != unk)
+    return tokenizer.encode(text) == ids
 
 
 def _describe(value: object) -> str:

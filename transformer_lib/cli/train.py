@@ -290,7 +290,23 @@ def _load_data(run: _Run, data_cached: bool) -> _Data:
     if run.resumed is None and not session.prepare_only:
         run.config = _check_prepared(prepared, run.config, run.given, session.data or run.out / "data.pt")
     splits = {name: split for name, split in prepared.splits.items() if split is not None}
-    return _Data(prepared.src_tokenizer, prepared.tgt_tokenizer, splits, dict(prepared.settings), prepared.text)
+    description = {**prepared.settings, "data_sha256": prepared.sha256}  # a resumed run must train on the same data
+    if run.resumed is not None:
+        _refuse_other_data(run, description, session.data or run.out / "data.pt")
+    return _Data(prepared.src_tokenizer, prepared.tgt_tokenizer, splits, description, prepared.text)
+
+
+def _refuse_other_data(run: _Run, description: dict[str, Any], path: Path) -> None:
+    """Resuming: the prepared data must be the checkpoint's (its contents' SHA-256; a checkpoint from
+    before the checksum was recorded is compared by its tokenizers only, in :func:`_build_model`)."""
+    assert run.resumed is not None
+    saved = run.resumed["data"].get("data_sha256")
+    if saved is not None and saved != description["data_sha256"]:
+        raise ValueError(
+            f"{path} is not the data {run.checkpoint_path} trained on (its contents have SHA-256 "
+            f"{str(description['data_sha256'])[:12]}..., the checkpoint's data {str(saved)[:12]}...); resume with the same "
+            "--data, or --restart to train on this data from the start"
+        )
 
 
 def _toy_data(config: RunConfig) -> _Data:
@@ -326,7 +342,7 @@ def _multi30k_data(run: _Run, cached_exists: bool) -> PreparedTranslation:
 def _load_prepared(path: Path) -> PreparedTranslation:
     """:meth:`PreparedTranslation.load`, with a file that is not prepared data as a ``ValueError``."""
     try:
-        return PreparedTranslation.load(path)
+        return PreparedTranslation.load(path, needs=("train", "val"))  # validation decides when to stop
     except (FileNotFoundError, ValueError):
         raise
     except Exception as error:  # noqa: BLE001 - torch.load raises many kinds for a file of another kind
