@@ -162,6 +162,17 @@ def test_make_loader_by_tokens_counts_the_padded_longer_side() -> None:
     assert max(b.tgt_in.numel() for b in batches) > 64 - 9, "filled up to within one example of the budget"
 
 
+@pytest.mark.parametrize("pad_multiple", [1, 4, 16])
+def test_the_token_budget_holds_after_padding_to_a_multiple(pad_multiple: int) -> None:
+    """pad_multiple=16 padded batches cut to the budget past it (issue 43): the budget counts that padding."""
+    train, _ = toy_task("copy", 200, 0, longest=12, seed=3)
+    batches = list(make_loader(train, max_tokens=64, seed=0, pad_multiple=pad_multiple))
+    assert sum(len(b) for b in batches) == 200
+    assert all(b.src.size(1) % pad_multiple == 0 for b in batches)
+    worst = max(max(b.src.numel(), b.tgt_in.numel()) for b in batches)
+    assert worst <= 64, f"a batch of {worst} padded tokens, over the budget of 64"
+
+
 def test_padding_to_a_multiple_bounds_the_shapes_and_changes_no_loss() -> None:
     """Batches padded to multiples of 8 come in at most ceil(longest / 8) lengths per side, and the
     extra pads change neither the token count nor the loss of a model (they are masked and ignored)."""

@@ -427,15 +427,17 @@ def make_loader(
     ``torch.compile`` on a GPU: at most ``max_len / 16`` lengths per side).
 
     Give ``batch_size`` (sentence pairs per batch) or ``max_tokens`` (padded tokens of the longer
-    side per batch, :class:`TokenBatchSampler`; ``bucket`` and ``pool_batches`` then do not apply).
+    side per batch, ``pad_multiple``'s padding included, :class:`TokenBatchSampler`; ``bucket`` and
+    ``pool_batches`` then do not apply).
     """
     if (batch_size is None) == (max_tokens is None):
         raise ValueError(f"give batch_size or max_tokens, one of them; got batch_size={batch_size}, max_tokens={max_tokens}")
     check_int("pad_multiple", pad_multiple)
     sampler: torch.utils.data.Sampler[list[int]]
     if max_tokens is not None:
-        # A padded batch is as wide as its longest source with <eos>, or target with <bos> (or <eos>).
-        sizes = [max(s, t) + 1 for s, t in zip(data.src_lengths, data.tgt_lengths)]
+        # A padded batch is as wide as its longest source with <eos>, or target with <bos> (or <eos>),
+        # rounded up to pad_multiple: the budget counts the padding collate will add.
+        sizes = [-(-(max(s, t) + 1) // pad_multiple) * pad_multiple for s, t in zip(data.src_lengths, data.tgt_lengths)]
         sampler = TokenBatchSampler(sizes, max_tokens, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
     else:
         # Sort by the longer side first: both source and target batches then need little padding.
