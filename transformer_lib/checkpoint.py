@@ -270,7 +270,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device | None = 
     if not path.is_file():
         hint = " (it is a folder; checkpoints are files such as FOLDER/checkpoint.pt)" if path.is_dir() else ""
         raise FileNotFoundError(
-            f"no checkpoint at {path}{hint}; train one with `python -m transformer_lib.train --task reverse --out FOLDER`"
+            f"no checkpoint at {path}{hint}; train one with `python -m transformer_lib.cli.train --task reverse --out FOLDER`"
         )
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path} is not a transformer_lib checkpoint: not a file torch.save writes (a zip archive)")

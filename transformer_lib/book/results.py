@@ -1,6 +1,6 @@
 """The committed results of longer runs, as a chapter shows them (chapters 3, 5 and 6).
 
-A results file is the ``metrics.json`` that ``python -m transformer_lib.train`` writes, copied into
+A results file is the ``metrics.json`` that ``python -m transformer_lib.cli.train`` writes, copied into
 ``transformer_lib/book/runs/`` (:data:`COMMITTED_RUNS`). They are package data of the book's
 support code, so a chapter finds them wherever it runs: in the repository, in the temporary folder
 the website build executes it in, and on Colab, where the library is installed from git.
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "COMMITTED_RUNS", "committed_results", "describe_run", "results_table", "bleu_table", "recipe", "recipe_table",
+    "COMMITTED_RUNS", "RAN_AS", "TODAY", "committed_results", "describe_run", "results_table", "bleu_table", "recipe", "recipe_table",
     "decoding_choice",
 ]
 
@@ -28,7 +28,7 @@ COMMITTED_RUNS = Path(__file__).resolve().parent / "runs"
 def committed_results(folder: str | Path = COMMITTED_RUNS) -> dict[str, dict[str, Any]]:
     """The metrics files committed with the book, by name (the file name without ``.json``).
 
-    Each file is the ``metrics.json`` that ``python -m transformer_lib.train`` writes (the command,
+    Each file is the ``metrics.json`` that ``python -m transformer_lib.cli.train`` writes (the command,
     the hardware, the settings, the final metrics per split, the loss history and, with ``--bleu``,
     the BLEU of greedy and beam decoding), copied into :data:`COMMITTED_RUNS`, e.g.
     ``multi30k_full_metrics.json``.
@@ -57,7 +57,7 @@ def committed_results(folder: str | Path = COMMITTED_RUNS) -> dict[str, dict[str
         if missing:
             raise ValueError(
                 f"{path} lacks {missing}: results files are the metrics.json that "
-                "`python -m transformer_lib.train` writes"
+                "`python -m transformer_lib.cli.train` writes"
             )
         results[path.stem] = metrics
     return results
@@ -67,11 +67,16 @@ def describe_run(metrics: Mapping[str, Any]) -> str:
     """How a run was made: its command, its hardware, its size and duration (and, when it was
     scored, the sacreBLEU signature of its test BLEU).
 
+    The record keeps the command as it was run. Where that command would not make the same run
+    with this version (an earlier version's names or defaults), it is labelled as run by an earlier
+    version, and the command that makes the same run today follows
+    (:func:`transformer_lib.cli.history.current_command`).
+
     Example:
-        >>> print(describe_run({"command": "python -m transformer_lib.train --task reverse --out r",
+        >>> print(describe_run({"command": "python -m transformer_lib.cli.train --task reverse --out r",
         ...                     "hardware": {"device": "cpu", "torch": "2.5.0"}, "parameters": 1000,
         ...                     "steps": 650, "training_time_s": 90.0, "final": {}}))
-        command:  python -m transformer_lib.train --task reverse --out r
+        command:  python -m transformer_lib.cli.train --task reverse --out r
         hardware: cpu | torch 2.5.0
         1,000 parameters, 650 steps, 1.5 min of training
     """
@@ -84,14 +89,28 @@ def describe_run(metrics: Mapping[str, Any]) -> str:
         size.append(f"{metrics['steps']:,} steps")
     if "training_time_s" in metrics:
         size.append(f"{metrics['training_time_s'] / 60:.1f} min of training")
-    lines = [f"command:  {_without_machine_paths(metrics['command'])}",
-             f"hardware: {where} | torch {hardware.get('torch', '?')}"]
+    lines = [*_command_lines(metrics), f"hardware: {where} | torch {hardware.get('torch', '?')}"]
     if size:
         lines.append(", ".join(size))
     test_bleu = (metrics.get("bleu") or {}).get("test") or {}
     if "greedy" in test_bleu:
         lines.append(f"sacreBLEU: {test_bleu['greedy']['cased']['signature']}")
     return "\n".join(lines)
+
+
+RAN_AS = "command as run, by an earlier version: "
+TODAY = "the same run today: "
+
+
+def _command_lines(metrics: Mapping[str, Any]) -> list[str]:
+    """``command: ...``; or, for a run whose command this version would run otherwise, that command
+    labelled as history and the command that makes the same run today."""
+    from transformer_lib.cli.history import current_command, differences
+
+    command = metrics["command"]
+    if "settings" not in metrics or not differences(command, metrics):
+        return [f"command:  {_without_machine_paths(command)}"]
+    return [f"{RAN_AS}{_without_machine_paths(command)}", f"{TODAY}{_without_machine_paths(current_command(metrics))}"]
 
 
 def _without_machine_paths(command: str) -> str:
