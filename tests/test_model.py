@@ -275,3 +275,15 @@ def test_torch_reference_refuses_modern_options() -> None:
                           ({"qk_norm": True}, "QK-norm")]:
         with raises(ValueError, named):
             TorchTransformer(Transformer(tiny(**option)))
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 2, 1])
+def test_an_empty_batch_gives_empty_logits(n_kv_heads: int | None) -> None:
+    """(0, L) ids: "cannot reshape tensor of 0 elements" since grouped-query attention split the heads
+    with view(B, L, -1, width) (issue 43); an empty batch is a batch, as in torch.nn layers."""
+    config = TransformerConfig.from_preset("tiny", src_vocab_size=10, tgt_vocab_size=12, n_kv_heads=n_kv_heads)
+    model = Transformer(config)
+    logits = model(torch.zeros(0, 5, dtype=torch.long), torch.zeros(0, 3, dtype=torch.long))
+    assert logits.shape == (0, 3, 12)
+    logits.sum().backward()  # and the gradient of nothing is zeros, not an error
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())

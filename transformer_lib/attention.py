@@ -216,8 +216,8 @@ class MultiHeadAttention(nn.Module):
 
     def split_heads(self, x: Tensor, width: int) -> Tensor:
         """``(B, L, H * width)`` -> ``(B, H, L, width)`` (as many heads as ``width`` fits)."""
-        B, L, _ = x.shape
-        return x.view(B, L, -1, width).transpose(1, 2)  # (B, H, L, width)
+        B, L, HW = x.shape
+        return x.view(B, L, HW // width, width).transpose(1, 2)  # (B, H, L, width); not -1: B or L may be 0
 
     def merge_heads(self, x: Tensor) -> Tensor:
         """``(B, H, T, Dv)`` -> ``(B, T, H * Dv)``."""
