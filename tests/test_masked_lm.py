@@ -10,7 +10,8 @@ from errors import raises
 from transformer_lib.properties import assert_padding_invariant
 from transformer_lib.language_models import IGNORE_INDEX, train_steps
 from transformer_lib.masked_lm import (
-    EncoderOnlyTransformer, mask_tokens, masked_token_accuracy, masked_token_loss
+    CORRUPTIONS, EncoderOnlyTransformer, corruption_kinds, mask_tokens, masked_token_accuracy,
+    masked_token_accuracy_by_kind, masked_token_loss
 )
 from transformer_lib.config import TransformerConfig
 
@@ -138,3 +139,49 @@ def test_masked_loss_trains_the_model_to_fill_in_a_copied_token() -> None:
     assert losses[-1] < 0.3 * losses[0]
     m = masked(words, seed=999, pick_rate=0.3)
     assert masked_token_accuracy(model, [(m.inputs, m.targets)]) > 0.9
+
+
+class CopyTheInput(torch.nn.Module):
+    """Predicts at each position the token its input shows there: right exactly where the input
+    gives the answer away."""
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(tokens, V).float()  # (B, T, V)
+
+
+def test_corruption_kinds_partition_the_picked_positions() -> None:
+    m = masked(corpus())
+    kinds = corruption_kinds(m.inputs, m.targets, MASK_ID)
+    assert set(kinds) == set(CORRUPTIONS)
+    total = sum(k.long() for k in kinds.values())
+    assert torch.equal(total, m.picked.long())  # every picked position in exactly one kind
+    assert (m.inputs[kinds["masked"]] == MASK_ID).all()
+    assert torch.equal(m.inputs[kinds["unchanged"]], m.targets[kinds["unchanged"]])
+    random = kinds["random"]
+    assert random.any() and (m.inputs[random] != m.targets[random]).all() and (m.inputs[random] != MASK_ID).all()
+
+
+def test_accuracy_by_kind_scores_the_hidden_words_apart_from_those_the_input_shows() -> None:
+    """A model that copies its input looks right on every unchanged word and never on a hidden one:
+    the accuracy over all picked positions is the unchanged share, the masked words' is zero."""
+    m = masked(corpus())
+    batches = [(m.inputs[:200], m.targets[:200]), (m.inputs[200:], m.targets[200:])]
+    model = CopyTheInput().train()
+    by_kind = masked_token_accuracy_by_kind(model, batches, MASK_ID)
+    assert model.training  # put back as it was
+    kinds = corruption_kinds(m.inputs, m.targets, MASK_ID)
+    unchanged_share = int(kinds["unchanged"].sum()) / int(m.picked.sum())
+    assert by_kind == pytest.approx({"picked": unchanged_share, "masked": 0.0, "random": 0.0, "unchanged": 1.0})
+    assert masked_token_accuracy(model, batches) == pytest.approx(unchanged_share)
+    assert 0.05 < unchanged_share < 0.15
+
+
+def test_accuracy_by_kind_leaves_out_a_kind_with_no_position_and_refuses_no_picks() -> None:
+    tokens = corpus()
+    m = masked(tokens)
+    all_hidden = torch.where(m.picked, MASK_ID, tokens)  # every picked word shown as <mask>
+    by_kind = masked_token_accuracy_by_kind(CopyTheInput(), [(all_hidden, m.targets)], MASK_ID)
+    assert set(by_kind) == {"picked", "masked"} and by_kind["masked"] == 0.0
+    nothing = torch.full_like(tokens, IGNORE_INDEX)
+    with raises(ValueError):
+        masked_token_accuracy_by_kind(CopyTheInput(), [(tokens, nothing)], MASK_ID)

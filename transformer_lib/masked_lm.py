@@ -6,6 +6,9 @@
   tied to the embedding; :meth:`TransformerConfig.encoder_only <transformer_lib.config.TransformerConfig.encoder_only>`
   makes its configuration, :func:`transformer_lib.model.build_encoder` its stack.
 - :func:`masked_token_loss`: the loss on the picked positions only.
+- :func:`masked_token_accuracy`: top-1 accuracy on the picked positions; :func:`corruption_kinds` and
+  :func:`masked_token_accuracy_by_kind` split it by what the input showed there (``<mask>``, a random
+  word, the word itself), since only the first are words actually hidden.
 
 Shapes:
 
@@ -28,9 +31,11 @@ from .language_models import IGNORE_INDEX
 from .masking import padding_mask
 from .model import build_encoder, init_parameters
 
-__all__ = ["MASK", "MaskedTokens", "mask_tokens", "EncoderOnlyTransformer", "masked_token_loss", "masked_token_accuracy"]
+__all__ = ["MASK", "CORRUPTIONS", "MaskedTokens", "mask_tokens", "EncoderOnlyTransformer", "masked_token_loss",
+           "masked_token_accuracy", "corruption_kinds", "masked_token_accuracy_by_kind"]
 
 MASK = "<mask>"
+CORRUPTIONS = ("masked", "random", "unchanged")  # what a picked position's input shows (80/10/10)
 
 
 @dataclass
@@ -157,20 +162,65 @@ def masked_token_loss(model: EncoderOnlyTransformer, inputs: Tensor, targets: Te
     return F.cross_entropy(logits, targets[scored])
 
 
-@torch.no_grad()
 def masked_token_accuracy(model: EncoderOnlyTransformer, batches: Sequence[tuple[Tensor, Tensor]], device: torch.device | str = "cpu") -> float:
-    """Share of the picked positions whose most likely token is the original one (top-1)."""
+    """Share of the picked positions whose most likely token is the original one (top-1).
+
+    The picked positions include the 10% left unchanged, where the input shows the answer:
+    :func:`masked_token_accuracy_by_kind` scores the hidden ones on their own.
+    """
+    correct, count = _picked_right(model, batches, device)
+    if count.sum() == 0:
+        raise ValueError("no picked positions in the batches: accuracy is undefined")
+    return int(correct.sum()) / int(count.sum())
+
+
+def corruption_kinds(inputs: Tensor, targets: Tensor, mask_id: int) -> dict[str, Tensor]:
+    """Split the picked positions (``targets`` not ignored) by what the input shows there.
+
+    Returns ``{"masked", "random", "unchanged"}`` (:data:`CORRUPTIONS`) -> ``(B, T)`` booleans that
+    partition the picked positions: the input is ``mask_id``; another word; the original word (a
+    random replacement that drew the original word counts as unchanged: the input shows the answer).
+    """
+    picked = targets != IGNORE_INDEX  # (B, T)
+    masked = picked & (inputs == mask_id)  # (B, T)
+    unchanged = picked & (inputs == targets)  # (B, T)
+    return {"masked": masked, "random": picked & ~masked & ~unchanged, "unchanged": unchanged}
+
+
+def masked_token_accuracy_by_kind(model: EncoderOnlyTransformer, batches: Sequence[tuple[Tensor, Tensor]],
+                                  mask_id: int, device: torch.device | str = "cpu") -> dict[str, float]:
+    """Top-1 accuracy on the picked positions (``"picked"``) and on each kind of
+    :func:`corruption_kinds` (``"masked"``: the words actually hidden, ``"random"``, ``"unchanged"``).
+
+    A kind with no position in the batches is left out.
+    """
+    correct, count = _picked_right(model, batches, device, mask_id)
+    if count.sum() == 0:
+        raise ValueError("no picked positions in the batches: accuracy is undefined")
+    kinds = {"picked": (int(correct.sum()), int(count.sum()))}
+    kinds |= {kind: (int(correct[i]), int(count[i])) for i, kind in enumerate(CORRUPTIONS)}
+    return {kind: right / n for kind, (right, n) in kinds.items() if n > 0}
+
+
+@torch.no_grad()
+def _picked_right(model: EncoderOnlyTransformer, batches: Sequence[tuple[Tensor, Tensor]],
+                  device: torch.device | str, mask_id: int | None = None) -> tuple[Tensor, Tensor]:
+    """Right top-1 guesses and positions, per kind of :data:`CORRUPTIONS` (all in the first when
+    ``mask_id`` is None), each ``(3,)``."""
     was_training = model.training
     model.eval()
-    correct, count = 0, 0
+    correct, count = torch.zeros(len(CORRUPTIONS), dtype=torch.long), torch.zeros(len(CORRUPTIONS), dtype=torch.long)
     try:
         for inputs, targets in batches:
             inputs, targets = inputs.to(device), targets.to(device)
-            scored = targets != IGNORE_INDEX  # (B, T)
-            predicted = model(inputs)[scored].argmax(-1)  # (N,)
-            correct, count = correct + int((predicted == targets[scored]).sum()), count + int(scored.sum())
+            right = model(inputs).argmax(-1) == targets  # (B, T), False where not picked
+            if mask_id is None:
+                kinds = [targets != IGNORE_INDEX]
+            else:
+                kinds = list(corruption_kinds(inputs, targets, mask_id).values())
+            for i, where in enumerate(kinds):
+                correct[i] += int(right[where].sum())
+                count[i] += int(where.sum())
     finally:
         model.train(was_training)
-    if count == 0:
-        raise ValueError("no picked positions in the batches: accuracy is undefined")
-    return correct / count
+    return correct, count
