@@ -1,8 +1,11 @@
-"""Measuring a call's time and peak memory, for chapter 7 and ``benchmarks/``.
+"""Measuring a call's time and peak memory, for chapters 1 and 7 and ``benchmarks/``.
 
 Peak memory is the extra memory one call needs beyond what is allocated before it:
 ``torch.cuda.max_memory_allocated`` on a GPU; on Linux CPUs the process's peak resident size
 (``VmHWM``, reset before each call through ``/proc/self/clear_refs``); elsewhere it is not measured.
+:func:`largest_tensor_bytes` measures the same on every machine, exactly, by another route: the
+largest tensor an operation of the call takes in or makes (what a fused kernel keeps inside, its
+tiles, is not a tensor and is not seen).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
-__all__ = ["sync", "timed", "best_time", "memory_probe"]
+__all__ = ["sync", "timed", "best_time", "memory_probe", "largest_tensor_bytes"]
 
 MemoryProbe = Callable[[Callable[[], object]], float]
 
@@ -88,3 +93,28 @@ def memory_probe(device: torch.device) -> MemoryProbe | None:
     """A function that runs a call and returns its extra peak memory in MiB; ``None`` where it
     cannot be measured (a CPU that is not Linux's, or one that refuses the peak reset)."""
     return _gpu_probe(device) if device.type == "cuda" else _linux_probe()
+
+
+class _LargestTensor(TorchDispatchMode):
+    """Records the size of the largest tensor that any operation takes in or returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for value in tree_flatten((args, kwargs, out))[0]:
+            if isinstance(value, torch.Tensor):
+                self.largest = max(self.largest, value.numel() * value.element_size())
+        return out
+
+
+def largest_tensor_bytes(call: Callable[[], object]) -> int:
+    """Run ``call`` and return the size in bytes of the largest tensor that one of its operations
+    took in or made: what the call must hold at once, at least. Unlike :func:`memory_probe` it is
+    exact and the same on every machine, and it does not see a fused kernel's internal tiles.
+    """
+    with _LargestTensor() as watch:
+        call()
+    return watch.largest
