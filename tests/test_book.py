@@ -326,10 +326,11 @@ def test_exercise_solutions_hide_their_code_and_their_output(path: Path) -> None
 
 
 def _checks(cell: dict) -> bool:
-    """A code cell that asserts something; the shared Colab cell's ``assert`` guards the install (its
-    own test pins that cell) and checks no claim of the chapter."""
+    """A code cell that asserts something (``assert``, or a claim in words through ``claim(...)``); the
+    shared Colab cell's ``assert`` guards the install (its own test pins that cell) and checks no claim
+    of the chapter."""
     source = _source(cell)
-    return source.strip() != SETUP_CELL.strip() and bool(re.search(r"^\s*assert\b", source, re.MULTILINE))
+    return source.strip() != SETUP_CELL.strip() and bool(re.search(r"^\s*(?:assert\b|claim\()", source, re.MULTILINE))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
@@ -338,7 +339,8 @@ def test_checks_print_that_they_passed_and_their_toggle_says_so(path: Path) -> N
         source, tags = _source(cell), set(cell.get("metadata", {}).get("tags", []))
         if not _checks(cell):
             continue
-        assert "✓" in source, f"{_ids(path)} cell {cell.get('id')}: a checking cell prints a ✓ line when it passes"
+        assert "✓" in source or "claim(" in source, (  # claim() prints its sentence with a ✓
+            f"{_ids(path)} cell {cell.get('id')}: a checking cell prints a ✓ line when it passes")
         if tags & {"hide-input", "hide-cell"}:
             assert tags & {"check", "solution"}, (
                 f"{_ids(path)} cell {cell.get('id')}: a collapsed check is tagged 'check' (its toggle says 'Show the check')")
