@@ -34,6 +34,7 @@ from transformer_lib.device import parse_device
 from transformer_lib.embeddings import TokenEmbedding
 from transformer_lib.model import DecoderOnlyTransformer, Transformer, count_parameters
 from transformer_lib.multi30k import MULTI30K_SHA256
+from transformer_lib.normalization import RMSNorm
 from transformer_lib.prepared import PreparedTranslation, prepare_multi30k
 from transformer_lib.subword import SubwordTokenizer
 from transformer_lib.tokenizers import SymbolTokenizer, WordTokenizer, tokenizer_from_dict
@@ -517,6 +518,10 @@ CONSTRUCTORS = [
     (lambda: TokenEmbedding(10, 0), ["d_model", 0]),
     (lambda: Residual(8, norm_first="no"), ["norm_first", "'no'"]),
     (lambda: Vocab(["<pad>", "<unk>", 7]), ["token 2", "7", "int"]),
+    (lambda: RMSNorm(0), ["d_model", 0]),
+    (lambda: RMSNorm(8.0), ["d_model", 8.0]),
+    (lambda: RMSNorm(8, eps=float("nan")), ["eps", "nan"]),
+    (lambda: RMSNorm(8, eps=-1e-5), ["eps", -1e-5]),
 ]
 
 

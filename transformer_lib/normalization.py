@@ -21,6 +21,8 @@ from types import MappingProxyType
 import torch
 from torch import Tensor, nn
 
+from .validation import check_int, check_number
+
 __all__ = ["RMSNorm", "NORMS"]
 
 
@@ -46,6 +48,8 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
+        check_int("RMSNorm d_model", d_model)
+        check_number("RMSNorm eps", eps, 0)  # 0 is allowed (as in nn.LayerNorm): a zero vector then gives NaN
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
 
