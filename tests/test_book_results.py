@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from transformer_lib.book.results import bleu_table, committed_results, decoding_choice, describe_run, results_table
+from transformer_lib.book.results import (
+    bleu_table, committed_results, decoding_choice, describe_run, learning_rate_text, results_table)
 
 BOOK_RESULTS = Path(__file__).resolve().parents[1] / "transformer_lib" / "book" / "runs"  # COMMITTED_RUNS, from the source tree
 
@@ -152,3 +153,15 @@ def test_the_committed_decoding_choice_was_made_on_validation(tmp_path: Path) ->
     with pytest.raises(ValueError, match="not the best on validation"):
         decoding_choice(tmp_path / "grid.json")
 
+
+
+@pytest.mark.parametrize("value,text", [(5e-4, "5e-4"), (0.0015, "1.5e-3"), (0.0022, "2.2e-3"), (3e-3, "3e-3"),
+                                        (256 ** -0.5 * 800 ** -0.5, "2.209708691207961e-3"), (1.0, "1e0")])
+def test_learning_rates_are_written_exactly(value: float, text: str) -> None:
+    assert learning_rate_text(value) == text and float(text) == value
+
+
+@pytest.mark.parametrize("value", [0.0, -1e-3, float("inf"), float("nan")])
+def test_a_learning_rate_must_be_positive_and_finite(value: float) -> None:
+    with pytest.raises(ValueError):
+        learning_rate_text(value)

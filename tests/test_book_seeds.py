@@ -36,11 +36,37 @@ def test_a_file_not_named_by_seed_is_an_error(runs_folder: Path) -> None:
         seeds.seed_runs(runs_folder)
 
 
-def test_table_has_each_seed_the_mean_and_the_spread_best_first(runs_folder: Path) -> None:
+def test_table_has_each_seed_the_mean_the_sd_and_the_spread_best_first(runs_folder: Path) -> None:
     table = seeds.seed_table(seeds.seed_runs(runs_folder))
     assert list(table.index) == ["good", "worse"]
     assert table.loc["good", "seed 1"] == 41.0 and table.loc["good", "mean"] == pytest.approx(40.5)
     assert table.loc["worse", "spread"] == pytest.approx(8.0)
+    assert table.loc["worse", "sd"] == pytest.approx(8.0 / 2 ** 0.5)  # sample sd of 30 and 38 (n - 1)
+
+
+def _table(rows: dict[str, tuple[float, float]]):
+    import pandas as pd
+
+    return pd.DataFrame({"mean": {r: m for r, (m, _) in rows.items()}, "sd": {r: s for r, (_, s) in rows.items()}})
+
+
+@pytest.mark.parametrize("first,second,expected", [
+    ("a", "b", True),    # 40 - 0.5 = 39.5 above 38 + 1 = 39
+    ("b", "a", False),   # the rule is one-sided
+    ("a", "c", False),   # 39.5 is not above 39.2 + 0.5 = 39.7: the intervals overlap
+    ("c", "a", False),
+])
+def test_a_recipe_beats_another_when_their_mean_sd_intervals_do_not_overlap(first: str, second: str, expected: bool) -> None:
+    table = _table({"a": (40.0, 0.5), "b": (38.0, 1.0), "c": (39.2, 0.5)})
+    assert seeds.beats(table, first, second) is expected
+
+
+def test_the_rule_needs_known_recipes_with_two_seeds() -> None:
+    table = _table({"a": (40.0, 0.5), "one seed": (38.0, float("nan"))})
+    with pytest.raises(KeyError):
+        seeds.beats(table, "a", "missing")
+    with pytest.raises(ValueError):
+        seeds.beats(table, "a", "one seed")
 
 
 def test_compare_recipes_gives_one_row_a_seed_with_the_difference() -> None:
@@ -68,3 +94,5 @@ def test_chart_draws_every_seed_and_the_mean() -> None:
                          index=pd.Index(["a", "b"], name="recipe"))
     spec = seeds.seed_chart(table).to_dict()
     assert len(spec["layer"]) == 2
+    with_sd = seeds.seed_chart(table.assign(sd=[0.35, 0.35])).to_dict()
+    assert len(with_sd["layer"]) == 3 and with_sd["layer"][0]["mark"]["type"] == "rule"

@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = [
     "COMMITTED_RUNS", "RAN_AS", "TODAY", "committed_results", "describe_run", "results_table", "bleu_table", "recipe", "recipe_table",
-    "decoding_choice",
+    "learning_rate_text", "decoding_choice",
 ]
 
 
@@ -200,6 +200,25 @@ def recipe_table(runs: Mapping[str, Mapping[str, Any]]) -> Any:
     frame = pd.DataFrame.from_dict(rows, orient="index").sort_values(f"val BLEU {beam}", ascending=False)
     frame.index.name = "run"
     return frame.round({"val BLEU greedy": 2, f"val BLEU {beam}": 2, "best epoch BLEU": 2, "val loss": 3})
+
+
+def learning_rate_text(value: float) -> str:
+    """A learning rate as a table shows it: the shortest ``5e-4``-style text that reads back as exactly
+    ``value`` (``0.0005`` -> ``"5e-4"``, ``0.0022`` -> ``"2.2e-3"``), where fixed decimals would round
+    5e-4 up to 0.001 and 2.2e-3 down to 0.002.
+
+    Raises:
+        ValueError: ``value`` is not a positive finite number.
+    """
+    number = float(value)
+    if not 0 < number < float("inf"):
+        raise ValueError(f"a learning rate is a positive finite number, got {value!r}")
+    for digits in range(17):
+        mantissa, exponent = f"{number:.{digits}e}".split("e")
+        text = f"{mantissa}e{int(exponent)}"
+        if float(text) == number:
+            return text
+    raise AssertionError(f"{number!r} has no exact 17-digit form")  # every double has one
 
 
 def decoding_choice(path: str | Path = COMMITTED_RUNS / "decoding" / "multi30k_full_beam_grid.json") -> dict[str, Any]:

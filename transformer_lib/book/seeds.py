@@ -19,7 +19,7 @@ from typing import Any
 
 from transformer_lib.book.results import COMMITTED_RUNS, committed_results
 
-__all__ = ["BOOTSTRAP", "SEED_RUNS", "seed_runs", "seed_table", "paired_tests", "compare_recipes", "seed_chart"]
+__all__ = ["BOOTSTRAP", "SEED_RUNS", "seed_runs", "seed_table", "beats", "paired_tests", "compare_recipes", "seed_chart"]
 
 SEED_RUNS = COMMITTED_RUNS / "seeds"
 BOOTSTRAP = COMMITTED_RUNS / "bootstrap" / "seeds.json"
@@ -47,15 +47,36 @@ def _val_bleu(metrics: Mapping[str, Any]) -> float:
 
 def seed_table(runs: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> Any:
     """Validation BLEU (greedy, cased: the score each run chose its weights by) of every run, a recipe
-    a row: one column per seed, the mean, and the spread (highest minus lowest), best mean first."""
+    a row: one column per seed, the mean, the sample standard deviation over the seeds (``sd``, with
+    ``n - 1``; NaN for one seed) and the spread (highest minus lowest), best mean first."""
     import pandas as pd
 
     rows = {}
     for recipe, by_seed in runs.items():
         scores = {seed: _val_bleu(by_seed[seed]) for seed in sorted(by_seed)}
+        values = pd.Series(list(scores.values()), dtype=float)
         rows[recipe] = {**{f"seed {seed}": score for seed, score in scores.items()},
-                        "mean": sum(scores.values()) / len(scores), "spread": max(scores.values()) - min(scores.values())}
+                        "mean": values.mean(), "sd": values.std(ddof=1), "spread": values.max() - values.min()}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("recipe").sort_values("mean", ascending=False)
+
+
+def beats(table: Any, first: str, second: str) -> bool:
+    """The rule section 5.9 states and chapter 5 follows: recipe ``first`` beats ``second`` when their
+    mean ± sd intervals over the seeds (rows of :func:`seed_table`) do not overlap with ``first`` on
+    top, that is when ``first``'s mean - sd is above ``second``'s mean + sd. Two recipes neither of
+    which beats the other are indistinguishable.
+
+    Raises:
+        KeyError: ``first`` or ``second`` is not a row of ``table``.
+        ValueError: a recipe has fewer than two seeds (no standard deviation).
+    """
+    for recipe in (first, second):
+        if recipe not in table.index:
+            raise KeyError(f"{recipe!r} is not a recipe of the table; it has {list(table.index)}")
+        if not table.loc[recipe, "sd"] == table.loc[recipe, "sd"]:  # NaN: one seed
+            raise ValueError(f"{recipe!r} has one seed: the rule needs a standard deviation, so two seeds or more")
+    low = table.loc[first, "mean"] - table.loc[first, "sd"]
+    return bool(low > table.loc[second, "mean"] + table.loc[second, "sd"])
 
 
 def paired_tests(path: str | Path = BOOTSTRAP) -> dict[str, Any]:
@@ -76,8 +97,9 @@ def compare_recipes(test: Mapping[str, Any]) -> Any:
 
 
 def seed_chart(table: Any, title: str = "") -> Any:
-    """Each recipe's three seeds as dots on one line, and their mean as a tick: where the dots of two
-    recipes overlap, one run of each cannot tell them apart."""
+    """Each recipe's three seeds as dots on one line, their mean as a tick and, where ``table`` has
+    an ``sd`` column, mean ± sd as a bar: where the bars of two recipes overlap, :func:`beats` calls
+    them indistinguishable."""
     import altair as alt
 
     seeds = [column for column in table.columns if column.startswith("seed ")]
@@ -90,4 +112,12 @@ def seed_chart(table: Any, title: str = "") -> Any:
         tooltip=["recipe", "seed", alt.Tooltip("val BLEU:Q", format=".2f")])
     means = alt.Chart(table.reset_index()).mark_tick(thickness=2, size=18, color="black").encode(
         y=y, x="mean:Q", tooltip=["recipe", alt.Tooltip("mean:Q", format=".2f")])
-    return (dots + means).properties(width=360, height=34 * len(order), title=title)
+    layers = [dots, means]
+    if "sd" in table.columns:
+        bars = table.reset_index().assign(low=table["mean"].values - table["sd"].values,
+                                          high=table["mean"].values + table["sd"].values)
+        layers.insert(0, alt.Chart(bars).mark_rule(strokeWidth=2, color="gray").encode(
+            y=y, x="low:Q", x2="high:Q",
+            tooltip=["recipe", alt.Tooltip("low:Q", format=".2f", title="mean - sd"),
+                     alt.Tooltip("high:Q", format=".2f", title="mean + sd")]))
+    return alt.layer(*layers).properties(width=360, height=34 * len(order), title=title)
