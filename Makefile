@@ -195,7 +195,7 @@ $(LOWEST_VENV)/.installed: requirements-lowest.txt | $(UV)
 # library's, not the book's, nor tests/test_lock.py, which checks .venv against the lock).
 LATEST_VENV := .venv-latest
 latest: | $(UV)
-	test -x $(LATEST_VENV)/bin/python || $(UV) venv --quiet --python $(BIN)/python $(LATEST_VENV)
+	test -x $(LATEST_VENV)/bin/python || $(PYTHON) -m venv $(LATEST_VENV)
 	$(UV) pip install --python $(LATEST_VENV)/bin/python --quiet --compile-bytecode --upgrade -e . pytest pytest-xdist hypothesis pyyaml
 	$(LATEST_VENV)/bin/python -c 'import torch; print("make latest: torch", torch.__version__)'
 	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) $(LATEST_VENV)/bin/python -m pytest -p no:cacheprovider -q \

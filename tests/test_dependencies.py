@@ -74,7 +74,7 @@ def test_the_book_libraries_are_an_extra() -> None:
     assert {"altair", "pandas", "matplotlib", "vl-convert-python"} <= book
     assert not book & base
     assert "jupyter-book" in {_name(r) for r in project["optional-dependencies"]["site"]}
-    setup = (ROOT / "tests" / "test_book.py").read_text()
+    setup = (ROOT / "tools" / "release.py").read_text()  # setup_cell(): every section's first code cell
     # pip refuses a direct reference whose name is not the distribution's ("inconsistent name").
     assert f'"{project["name"]}[book] @ git+' in setup, "the chapters' set-up cell installs the extra, by the project's name"
     assert "-e .[book,site]" in (ROOT / "requirements.txt").read_text(), "make installs the extras"
