@@ -1084,3 +1084,34 @@ def test_prepared_data_with_ids_but_no_text_for_a_split_is_refused(fixture_data:
     path = _edited(fixture_data, tmp_path / "data.pt", text=text)
     with raises(ValueError, str(path), "'test'"):
         PreparedTranslation.load(path)
+
+
+# --- 13. Tracebacks that are now one line (issue 43) -----------------------------------------------
+
+def _damaged_gz(path: Path, text: str = "1 2\n3 4\n" * 50) -> Path:
+    import gzip
+
+    data = bytearray(gzip.compress(text.encode()))
+    data[12:20] = b"\xff" * 8  # inside the compressed blocks: zlib.error, not a bad header
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("option", ["--input", "--src"])
+def test_a_damaged_gz_input_is_one_line(trained: Path, tmp_path: Path, capsys, option: str) -> None:
+    path = _damaged_gz(tmp_path / "in.gz")
+    extra = ["--ref", str(path)] if option == "--src" else []
+    code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), "--device", "cpu", option, str(path),
+                                     *extra], capsys)
+    assert_one_line_error(code, err, str(path))
+
+
+def test_a_damaged_multi30k_gz_names_the_file(tmp_path: Path) -> None:
+    from transformer_lib.multi30k import load_multi30k, sha256_file
+
+    folder = tmp_path / "m30k"
+    shutil.copytree(FIXTURE, folder)
+    damaged = _damaged_gz(folder / "val.de.gz")
+    sums = {**FIXTURE_SHA256, "val.de.gz": sha256_file(damaged)}  # the checksum of what is there: only gzip can tell
+    with raises(ValueError, str(damaged)):
+        load_multi30k("val", folder, checksums=sums)

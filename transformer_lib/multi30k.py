@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -221,5 +222,10 @@ def load_multi30k(
 
 
 def _read_gz_lines(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
+    """The lines of a gzipped UTF-8 file; a damaged or cut one is a ``ValueError`` naming it (not
+    ``zlib.error`` or ``EOFError``)."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except (zlib.error, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is damaged ({type(error).__name__}: {error}): download it again") from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import io
 import sys
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +40,7 @@ def read_lines(path: str) -> list[str]:
         return Path(path).read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as error:
         raise TranslationError(f"{path} is not UTF-8 text (byte {error.start}): give a UTF-8 file") from None
-    except (OSError, EOFError) as error:  # a missing file, a folder, a broken .gz
+    except (OSError, EOFError, zlib.error) as error:  # a missing file, a folder, a cut or damaged .gz
         raise TranslationError(f"cannot read {path}: {error}") from None
 
 
