@@ -1115,3 +1115,27 @@ def test_a_damaged_multi30k_gz_names_the_file(tmp_path: Path) -> None:
     sums = {**FIXTURE_SHA256, "val.de.gz": sha256_file(damaged)}  # the checksum of what is there: only gzip can tell
     with raises(ValueError, str(damaged)):
         load_multi30k("val", folder, checksums=sums)
+
+
+def test_beam_times_batch_times_vocabulary_is_bounded_before_decoding() -> None:
+    """--beam-size 100 --batch-size 4096 with the shipped model's 8,000 tokens: 13 GB of scores a step,
+    an allocator's traceback; now refused before anything is allocated, naming the sizes and the limit."""
+    from types import SimpleNamespace
+
+    from transformer_lib.beam_search import MAX_BEAM_ELEMENTS, check_beam_work
+
+    shipped_like = SimpleNamespace(config=SimpleNamespace(tgt_vocab_size=8000, d_model=256), decoder_layers=[None] * 3)
+    with raises(ValueError, "4,096", "beam 100", "8,000", f"{MAX_BEAM_ELEMENTS:,}"):
+        check_beam_work(shipped_like, 4096, 100, 12, 60)
+    check_beam_work(shipped_like, 256, 4, 70, 120)  # the trainer's final BLEU: 256 sentences, beam 4, long ones
+
+
+@pytest.mark.parametrize("n_best", [None, "2"])
+def test_translate_refuses_a_beam_search_over_the_bound_in_one_line(trained: Path, capsys, monkeypatch, n_best) -> None:
+    import transformer_lib.beam_search as beam_search_module
+
+    monkeypatch.setattr(beam_search_module, "MAX_BEAM_ELEMENTS", 5000)
+    argv = ["--checkpoint", str(trained / "checkpoint.pt"), "--device", "cpu", "--beam-size", "50", "--batch-size", "64",
+            *(["--n-best", n_best] if n_best else []), "1 2", "3 4 5", "6"]
+    code, err = run(translate.main, argv, capsys)
+    assert_one_line_error(code, err, "3 sentences", "beam 50", "5,000")

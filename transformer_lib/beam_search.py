@@ -23,7 +23,14 @@ from .decoding import EncoderDecoder, _inference, check_source, never_generated,
 from .kv_cache import KVCache
 from .validation import check_int, check_number
 
-__all__ = ["gnmt_length_penalty", "Hypothesis", "BeamSearchResult", "beam_search"]
+__all__ = ["MAX_BEAM_ELEMENTS", "gnmt_length_penalty", "Hypothesis", "BeamSearchResult", "beam_search", "check_beam_work"]
+
+# The most numbers one beam-search tensor may hold: a step's scores (B*K rows of V) or the key/value
+# cache (B*K rows of every decoder layer's keys and values): 2**30 float32 numbers are 4 GiB. Beam 100
+# over 4,096 sentences of an 8,000-token vocabulary would be 13 GB of scores a step, an allocator's
+# traceback (or a machine swapping) instead of a message; the trainer's final BLEU (256 sentences,
+# beam 4) stays well inside.
+MAX_BEAM_ELEMENTS = 2**30
 
 
 def gnmt_length_penalty(length: int, alpha: float) -> float:
@@ -108,11 +115,39 @@ def beam_search(
     check_source(model, src, max_new_tokens, min_new_tokens, dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id))
     check_int("beam_size", beam_size)
     check_number("length_penalty", length_penalty, 0)
+    check_beam_work(model, src.size(0), beam_size, src.size(1), max_new_tokens)
     with _inference(model, use_cache) as cache:
         return _beam_search(
             model, src, src_mask, beam_size, max_new_tokens, bos_id, eos_id, pad_id, float(length_penalty), cache,
             min_new_tokens,
         )
+
+
+def check_beam_work(model: EncoderDecoder, batch_size: int, beam_size: int, src_len: int, max_new_tokens: int,
+                    limit: int | None = None) -> None:
+    """Refuse, before anything is allocated, a beam search whose largest tensors would hold more than
+    ``limit`` numbers (default :data:`MAX_BEAM_ELEMENTS`): a step's scores, ``B * K * V``, and the key/value cache, ``B * K`` rows of
+    ``(S + max_new_tokens) * D`` keys and values in each decoder layer. The message names the product,
+    the limit, and the largest batch that fits with this beam.
+
+    Raises:
+        ValueError: naming ``batch_size``, ``beam_size``, the vocabulary or length, and the limit.
+    """
+    limit = MAX_BEAM_ELEMENTS if limit is None else limit
+    config = getattr(model, "config", None)
+    vocab = int(getattr(config, "tgt_vocab_size", 0) or 0)
+    width = int(getattr(config, "d_model", 0) or 0) * 2 * len(getattr(model, "decoder_layers", ()))
+    per_row = {"scores": (vocab, f"vocabulary of {vocab:,}"),
+               "key/value cache": ((src_len + max_new_tokens) * width, f"{src_len + max_new_tokens} positions of "
+                                   f"{width:,} keys and values (all decoder layers)")}
+    fits = limit // (beam_size * max(max(row for row, _ in per_row.values()), 1))
+    for what, (row, described) in per_row.items():
+        if batch_size * beam_size * row > limit:
+            raise ValueError(
+                f"beam search of {batch_size:,} sentences x beam {beam_size} x {described} needs {what} of "
+                f"{batch_size * beam_size * row:,} numbers, over the limit of {limit:,} (MAX_BEAM_ELEMENTS, 4 GiB of "
+                f"float32): decode at most {fits:,} sentences at a time with this beam (batch size), or a smaller beam"
+            )
 
 
 def _beam_search(
