@@ -10,6 +10,7 @@
     profiles     the fast/full experiment-size switch and the training defaults of each
     runs         the output folder: its lock, earlier results moved aside, results written atomically
     provenance   the command, hardware, software and git commit a results file records
+    history      a recorded run's command as it was run, and the command that makes the same run today
     results      metrics.json and loss.png
     common       one-line errors, exit status 2, --version, --threads, messages beside a progress bar
 
