@@ -206,3 +206,33 @@ def test_average_checkpoints_reads_files(tmp_path: Path) -> None:
 def test_average_checkpoints_refuses_what_cannot_be_averaged(states: list, named: list) -> None:
     with raises(ValueError, *named):
         checkpoint.average_checkpoints(states)
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda s, n: s.update({n: s[n].t().contiguous()}), ["shape"]),
+        (lambda s, n: s.pop(n), ["missing"]),
+        (lambda s, n: s.update({"extra.weight": s[n]}), ["unexpected", "extra.weight"]),
+        (lambda s, n: s.update({n: s[n].long()}), ["torch.int64"]),
+    ],
+    ids=["wrong-shape", "missing", "unexpected", "integer"],
+)
+def test_weights_that_do_not_fit_the_config_are_one_error_naming_the_weight(edit, named: list) -> None:
+    """A pretrained file with the right checksum and a wrong-shape weight was torch's RuntimeError (issue 43)."""
+    model = _tiny_model()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    name = next(k for k, v in state.items() if v.dim() == 2 and v.size(0) != v.size(1))
+    edit(state, name)
+    with raises(checkpoint.CheckpointError, "model.safetensors", *named):
+        checkpoint.load_weights(_tiny_model(seed=1), state, "model.safetensors")
+    checkpoint.load_weights(fresh := _tiny_model(seed=1), model.state_dict(), "model.safetensors")
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), model.state_dict().values()))
+
+
+def test_metadata_fields_missing_or_not_json_are_named() -> None:
+    assert checkpoint.read_json_fields({"run": '{"steps": 3}', "x": "1"}, ["run"], "m.safetensors") == {"run": {"steps": 3}}
+    with raises(checkpoint.CheckpointError, "m.safetensors", "'decoding'"):
+        checkpoint.read_json_fields({"run": "{}"}, ["run", "decoding"], "m.safetensors")
+    with raises(checkpoint.CheckpointError, "m.safetensors", "'run'", "not JSON"):
+        checkpoint.read_json_fields({"run": "{steps"}, ["run"], "m.safetensors")

@@ -41,6 +41,8 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "check_contents",
+    "load_weights",
+    "read_json_fields",
     "save_kept_weights",
     "kept_weights",
     "average_checkpoints",
@@ -345,6 +347,48 @@ def check_contents(checkpoint: Mapping[str, Any], path: str | Path) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise fail(field, f"must be an integer >= 0, got {value!r}")
     _check_rng_state(checkpoint["rng_state"], fail)
+
+
+def load_weights(model: torch.nn.Module, state: Mapping[str, Any], where: str) -> None:
+    """``model.load_state_dict(state)``, each name, shape and dtype kind checked first: a file whose
+    checksum is right but whose weights do not fit its configuration is one :class:`CheckpointError`
+    naming ``where``, the weight and both shapes, not torch's ``RuntimeError`` listing every mismatch.
+
+    Raises:
+        CheckpointError: a weight missing, unexpected, not a tensor, of another shape, or not of the
+            model's kind (floating point or integer).
+    """
+    expected = model.state_dict()
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{where}: the weights do not fit its model_config: "
+                              + "; ".join(f"{kind} {names[:3]}{' ...' if len(names) > 3 else ''}"
+                                          for kind, names in (("missing", missing), ("unexpected", unexpected)) if names))
+    for name, own in expected.items():
+        tensor = state[name]
+        if not isinstance(tensor, Tensor):
+            raise CheckpointError(f"{where}: weight {name!r} is a {type(tensor).__name__}, not a tensor")
+        if tuple(tensor.shape) != tuple(own.shape):
+            raise CheckpointError(f"{where}: weight {name!r} has shape {tuple(tensor.shape)}, but its model_config "
+                                  f"makes {tuple(own.shape)}")
+        if tensor.dtype.is_floating_point != own.dtype.is_floating_point:
+            raise CheckpointError(f"{where}: weight {name!r} is {tensor.dtype}, the model's is {own.dtype}")
+    model.load_state_dict(dict(state))
+
+
+def read_json_fields(metadata: Mapping[str, Any], names: Sequence[str], where: str) -> dict[str, Any]:
+    """The JSON text fields ``names`` of a file's metadata (a safetensors header), parsed: a field that
+    is missing, not text or not JSON is one :class:`CheckpointError` naming ``where`` and the field."""
+    values = {}
+    for name in names:
+        text = metadata.get(name)
+        if not isinstance(text, str):
+            raise CheckpointError(f"{where} lacks the metadata field {name!r} (it has {sorted(metadata)})")
+        try:
+            values[name] = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise CheckpointError(f"{where}: the metadata field {name!r} is not JSON ({error})") from None
+    return values
 
 
 def _check_rng_state(rng: Any, fail: Callable[[str, object], CheckpointError]) -> None:
