@@ -69,6 +69,32 @@ def test_n_best_lists_are_the_beams_hypotheses_best_first_in_moses_format(checkp
     assert [round(score, 4) for _, _, score in lists[1]] == [float(r[3]) for r in rows[3:]], "batching changes nothing"
 
 
+def test_a_blank_line_has_one_empty_entry_in_an_n_best_list(checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
+    """Sentence numbers stay the input's line numbers (issue 46): a blank line is one entry, the empty
+    translation with log-probability and score 0; the other sentences' lists are as without it."""
+    status, out, _ = _main(capsys, "--checkpoint", str(checkpoint), "--n-best", "2", "", GERMAN[0], "  ", GERMAN[1])
+    assert status == 0, out
+    rows = [line.split(" ||| ") for line in out.splitlines()]
+    assert [int(r[0]) for r in rows] == [0, 1, 1, 2, 3, 3]
+    assert rows[0] == ["0", "", "log_prob=0.0000", "0.0000"] and rows[3] == ["2", "", "log_prob=0.0000", "0.0000"]
+    status, alone, _ = _main(capsys, "--checkpoint", str(checkpoint), "--n-best", "2", *GERMAN[:2])
+    assert [r[1:] for r in rows if r[0] in "13"] == [line.split(" ||| ")[1:] for line in alone.splitlines()]
+
+
+def test_a_blank_source_line_is_scored_as_an_empty_hypothesis(checkpoint: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    """--src/--ref stay paired line by line: a blank source line's hypothesis is empty, scored against its reference."""
+    src, ref = tmp_path / "test.de", tmp_path / "test.en"
+    src.write_text("\n".join([GERMAN[0], "", GERMAN[2]]) + "\n", encoding="utf-8")
+    ref.write_text("\n".join([ENGLISH[0], ENGLISH[1], ENGLISH[2]]) + "\n", encoding="utf-8")
+    status, out, _ = _main(capsys, "--checkpoint", str(checkpoint), "--src", str(src), "--ref", str(ref), "--beam-size", "1")
+    assert status == 0, out
+    translator = Translator.from_checkpoint(checkpoint)
+    hypotheses = [translator.translate([GERMAN[0]])[0], "", translator.translate([GERMAN[2]])[0]]
+    bleu = corpus_bleu(hypotheses, ENGLISH[:3])
+    assert f"BLEU {bleu.score:5.2f}" in out and "3 sentences" in out, out
+
+
 def test_scores_on_a_pair_of_files_plain_or_gz_are_sacrebleus(checkpoint: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture) -> None:
     src, ref = tmp_path / "test.de", tmp_path / "test.en.gz"

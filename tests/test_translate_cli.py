@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import io
 import os
 import subprocess
 import sys
@@ -312,9 +313,35 @@ def test_incompatible_checkpoints(tmp_path: Path, capsys, content, named: list) 
     assert all(str(value) in err for value in named), (named, err)
 
 
-@pytest.mark.parametrize("sentence", ["", "   "])
-def test_empty_input(checkpoint: Path, capsys, sentence: str) -> None:
-    assert "sentence 2" in error_of(capsys, "--checkpoint", str(checkpoint), GERMAN[0], sentence)
+@pytest.mark.parametrize("blank", ["", "   ", "\t"])
+def test_a_blank_line_in_is_a_blank_line_out(checkpoint: Path, tmp_path: Path, capsys, monkeypatch, blank: str) -> None:
+    """Line N of the output translates line N of the input: a blank line stays blank, the others are
+    translated as they are alone (issue 46), from arguments, standard input, a file, or the library."""
+    sentences = [blank, GERMAN[0], blank, blank, GERMAN[1], blank]
+    translator = Translator.from_checkpoint(checkpoint)
+    alone = translator.translate(GERMAN[:2])
+    expected = ["", alone[0], "", "", alone[1], ""]
+    assert translator.translate(sentences) == expected
+    assert translator.translate(sentences, beam_size=2) == ["", *translator.translate([GERMAN[0]], beam_size=2), "", "",
+                                                            *translator.translate([GERMAN[1]], beam_size=2), ""]
+    assert translator.translate([blank, blank]) == ["", ""]
+    status, out, err = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", *sentences)
+    assert status == 0 and out.split("\n") == [*expected, ""], (out, err)
+    source = tmp_path / "in.de"
+    source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--input", str(source))
+    assert status == 0 and out.split("\n") == [*expected, ""]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(sentences) + "\n"))
+    status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu")
+    assert status == 0 and out.split("\n") == [*expected, ""]
+
+
+def test_a_sentence_that_tokenizes_to_nothing_is_still_an_error(checkpoint: Path, capsys, monkeypatch) -> None:
+    """Only a blank line is passed through; text the tokenizer drops entirely is named by its number."""
+    translator = Translator.from_checkpoint(checkpoint)
+    monkeypatch.setattr(translator.src_tokenizer, "tokenize", lambda text: [])
+    with raises(TranslationError, "sentence 2", "empty"):
+        translator.translate(["", "Hallo."])
 
 
 def test_no_input(checkpoint: Path, capsys) -> None:

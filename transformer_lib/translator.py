@@ -7,10 +7,12 @@ From Python (the chapters do this)::
 
 :class:`Translator` joins the pieces: the model, its two tokenizers (any kind of
 :data:`transformer_lib.tokenizers.TOKENIZERS`), decoding and evaluation. It is a boundary of the
-library, so it checks what it is given: a missing or incompatible checkpoint, an empty sentence,
-a sentence longer than the model allows, symbols a toy-task model does not know or a device this
-machine lacks raise :class:`TranslationError`; a sentence of only unknown words warns. The
-command line is :mod:`transformer_lib.cli.translate`.
+library, so it checks what it is given: a missing or incompatible checkpoint, a sentence that
+tokenizes to nothing, a sentence longer than the model allows, symbols a toy-task model does not know or a device this
+machine lacks raise :class:`TranslationError`; a sentence of only unknown words warns. A blank
+sentence (empty, or only white space) translates to an empty string, so a file's lines stay aligned
+with their translations, as every MT tool keeps them. The command line is
+:mod:`transformer_lib.cli.translate`.
 
 Shapes: ``B`` sentences, ``S`` source tokens, ``T_out`` output tokens.
 """
@@ -51,6 +53,7 @@ __all__ = [
     "TranslationError",
     "TranslationWarning",
     "Translator",
+    "is_blank",
     "read_multi30k_split",
     "evaluate_bleu",
 ]
@@ -178,17 +181,22 @@ class Translator(TokenizerPair):
         """The longest input, in tokens with the specials the source format adds."""
         return self.model.config.max_len
 
-    def source_ids(self, sentences: Sequence[str]) -> list[list[int]]:
+    def source_ids(self, sentences: Sequence[str], blanks: bool = False) -> list[list[int]]:
         """Each sentence as encoder input ids (with the specials of the checkpoint's source format).
 
+        ``blanks=True``: a blank sentence (empty or white space) is an empty row, ``[]``, which
+        :meth:`decode_rows` decodes to no tokens (what :meth:`translate` does with blank lines).
+
         Raises:
-            TranslationError: a sentence is empty, not text, has symbols a toy task does not know,
-                or is longer than the model's ``config.max_len``.
+            TranslationError: a sentence is blank (unless ``blanks``) or tokenizes to nothing, is
+                not text, has symbols a toy task does not know, or is longer than the model's
+                ``config.max_len``.
         """
         sentences = _as_sentences(sentences)
         if len(sentences) == 0:
             raise TranslationError("there is nothing to translate: no input sentence was given")
-        return [self._source_row(sentence, i) for i, sentence in enumerate(sentences, start=1)]
+        return [[] if blanks and is_blank(sentence) else self._source_row(sentence, i)
+                for i, sentence in enumerate(sentences, start=1)]
 
     def _source_row(self, sentence: object, i: int) -> list[int]:
         try:
@@ -265,9 +273,11 @@ class Translator(TokenizerPair):
             check_int("batch_size", batch_size)
         except ValueError as error:
             raise TranslationError(str(error)) from None
-        outputs = self.decode_rows(self.source_ids(sentences), beam_size, batch_size, length_penalty)  # checks every sentence first
-        for i, (sentence, tokens) in enumerate(zip(sentences, outputs), start=1):
-            self._warn_if_worthless(sentence, tokens, i)
+        rows = self.source_ids(sentences, blanks=True)  # checks every sentence first
+        outputs = self.decode_rows(rows, beam_size, batch_size, length_penalty)
+        for i, (sentence, row, tokens) in enumerate(zip(sentences, rows, outputs), start=1):
+            if row:  # a blank sentence's empty translation is what was asked for
+                self._warn_if_worthless(sentence, tokens, i)
         return outputs
 
     def _warn_if_worthless(self, sentence: str, tokens: Sequence[str], i: int) -> None:
@@ -280,9 +290,10 @@ class Translator(TokenizerPair):
 
     def decode_rows(self, rows: Sequence[Sequence[int]], beam_size: int = 1, batch_size: int = 64,
                     length_penalty: float = LENGTH_PENALTY) -> list[list[str]]:
-        """Decode encoder inputs (ids with their specials) in batches of similar length; output tokens, in order."""
+        """Decode encoder inputs (ids with their specials) in batches of similar length; output tokens, in
+        order. An empty row (a blank sentence, :meth:`source_ids` with ``blanks=True``) gives no tokens."""
         # Sorting by length puts similar lengths in a batch: less padding, fewer wasted steps.
-        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        order = sorted((i for i in range(len(rows)) if len(rows[i]) > 0), key=lambda i: len(rows[i]))
         out: list[list[str]] = [[] for _ in rows]
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
@@ -295,7 +306,9 @@ class Translator(TokenizerPair):
     def translate(self, sentences: Iterable[str], beam_size: int | None = None, batch_size: int = 64,
                   length_penalty: float | None = None) -> list[str]:
         """Translate sentences (any iterable of them, in batches of similar length) and return detokenized
-        text, in order. An empty or ``<unk>``-only translation warns (:class:`TranslationWarning`).
+        text, in order. A blank sentence (empty or white space) gives an empty string, so the outputs
+        stay aligned with the inputs; another sentence whose translation is empty or only ``<unk>``
+        warns (:class:`TranslationWarning`).
 
         Decodes with this model's chosen :attr:`decoding` unless ``beam_size`` or ``length_penalty``
         say otherwise: ``beam_size=1`` is greedy decoding, more is beam search."""
@@ -309,6 +322,11 @@ def _check_sizes(path: str | Path, config: TransformerConfig, src: Tokenizer, tg
                 f"{path} is an incompatible checkpoint: its {side} tokenizer has {len(tokenizer.vocab)} tokens but "
                 f"model_config.{side}_vocab_size is {size}"
             )
+
+
+def is_blank(sentence: object) -> bool:
+    """A blank input line: an empty string or only white space (translated to an empty line)."""
+    return isinstance(sentence, str) and not sentence.strip()
 
 
 def _as_sentences(sentences: object) -> list[str]:
@@ -359,7 +377,8 @@ def evaluate_bleu(
 
     Args:
         pairs: ``(source, reference)``; the source is a sentence, or its token ids without specials
-            (prepared data, as the trainer holds them: no tokenizer runs).
+            (prepared data, as the trainer holds them: no tokenizer runs). A blank sentence gets an
+            empty hypothesis, scored against its reference like any other line.
         beam_sizes: 1 is greedy decoding, more is beam search.
         length_penalty: beam search's GNMT length penalty alpha.
 
@@ -377,7 +396,7 @@ def evaluate_bleu(
     if len(kinds) > 1:
         raise TypeError("pairs mix sentences and token-id lists as sources: give one kind")
     if kinds == {True}:
-        rows = translator.source_ids(sources)  # type: ignore[arg-type]
+        rows = translator.source_ids(sources, blanks=True)  # type: ignore[arg-type]  # a blank line: an empty hypothesis
     else:
         rows = [translator.with_specials(source) for source in sources]  # type: ignore[arg-type]
     results: dict[str, dict[str, Any]] = {}

@@ -4,7 +4,9 @@ input), translations and n-best lists out, and the ``--src``/``--ref`` pairs it 
 An n-best list is in the Moses format that fairseq, Marian and OpenNMT read and write, one
 hypothesis a line, best first: ``SENTENCE ||| TRANSLATION ||| log_prob=L ||| SCORE``, where
 ``SENTENCE`` counts from 0, ``L`` is the sum of the tokens' log-probabilities and ``SCORE`` the
-length-normalised score beam search ranks by (:mod:`transformer_lib.beam_search`).
+length-normalised score beam search ranks by (:mod:`transformer_lib.beam_search`). A blank input
+line has one entry, the empty translation with ``log_prob=0.0000 ||| 0.0000`` (nothing to translate
+has one translation, certain), so every sentence number from 0 up appears in the list.
 """
 
 from __future__ import annotations
@@ -79,21 +81,24 @@ def open_output(path: str | None) -> Iterator[IO[str]]:
 @torch.no_grad()
 def n_best(translator: Translator, sentences: Sequence[str], k: int, beam_size: int, length_penalty: float,
            batch_size: int) -> list[list[tuple[str, float, float]]]:
-    """The ``k`` best translations of each sentence by beam search: ``(text, log_prob, score)``, best first."""
-    rows = translator.source_ids(sentences)  # checks every sentence before any is decoded
+    """The ``k`` best translations of each sentence by beam search: ``(text, log_prob, score)``, best first;
+    a blank sentence's list is its one empty translation, ``[("", 0.0, 0.0)]``."""
+    rows = translator.source_ids(sentences, blanks=True)  # checks every sentence before any is decoded
     vocab = translator.tgt_vocab
-    results: list[list[tuple[str, float, float]]] = []
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start : start + batch_size]
+    results: list[list[tuple[str, float, float]]] = [[("", 0.0, 0.0)] for _ in rows]
+    decoded = [i for i, row in enumerate(rows) if row]
+    for start in range(0, len(decoded), batch_size):
+        indices = decoded[start : start + batch_size]
+        chunk = [rows[i] for i in indices]
         src = pad_sequences(chunk, translator.src_vocab.pad_id).to(translator.device)  # (B, S)
         src_mask = padding_mask(src, translator.src_vocab.pad_id)  # (B, 1, 1, S)
         max_new = min(translator.model.config.max_len, src.size(1) + EXTRA_OUTPUT_TOKENS)
         found = beam_search(translator.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
                             max_new_tokens=max_new, min_new_tokens=1, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
                             pad_id=vocab.pad_id)
-        for hypotheses in found.hypotheses:
-            results.append([(translator.detokenize(translator.output_tokens(h.tokens)), h.log_prob, h.score)
-                            for h in hypotheses[:k]])
+        for i, hypotheses in zip(indices, found.hypotheses):
+            results[i] = [(translator.detokenize(translator.output_tokens(h.tokens)), h.log_prob, h.score)
+                          for h in hypotheses[:k]]
     return results
 
 

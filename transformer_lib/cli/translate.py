@@ -15,8 +15,12 @@ The beam size and length penalty default to the model's own (``Translator.decodi
 uses; for a checkpoint greedy decoding. Scores are sacreBLEU's BLEU and chrF, each printed with its
 signature.
 
-Bad input (a missing or incompatible checkpoint, an empty sentence, a sentence longer than the
-model allows, symbols a toy-task model does not know, a device this machine lacks, an option out of
+A blank input line (empty, or only white space) gives a blank output line, so output line N is
+the translation of input line N; in an n-best list it has one entry, the empty translation with
+log-probability and score 0. Scoring (``--src``/``--ref``) keeps the pairs too: a blank source line
+is an empty hypothesis, scored against its reference.
+
+Bad input (a missing or incompatible checkpoint, a sentence longer than the model allows, symbols a toy-task model does not know, a device this machine lacks, an option out of
 its bounds) prints one line ``error: ...`` and exits with status 2, without a traceback (``--debug``
 or ``TRANSFORMER_LIB_DEBUG=1`` shows it); a sentence of only unknown words warns.
 """
@@ -202,7 +206,7 @@ def _run(args: argparse.Namespace) -> None:
     if sentences is None:
         _score(args, translator, threads)
         return
-    translator.source_ids(sentences)  # every sentence checked before anything is printed
+    translator.source_ids(sentences, blanks=True)  # every sentence checked before anything is printed
     # On standard error: standard output holds only the translations (a filter in a pipe).
     print(f"info: {_threads_text(threads)}, device {translator.device}", file=sys.stderr)
     _translate(args, translator, sentences)
