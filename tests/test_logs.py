@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lib.cli import train
+from transformer_lib.cli import common, train
 from transformer_lib.cli.logs import RunLog
 from transformer_lib.cli.options import RunConfig, parse_args, resolve
 from transformer_lib.cli.profiles import DEFAULTS
@@ -109,6 +109,30 @@ def test_the_thread_count_is_set_and_said(tmp_path: Path, capsys: pytest.Capture
         assert "1 CPU thread (--threads)" in capsys.readouterr().out
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("variable", "expected"), [("3", 3), ("2,1", 2), ("0", None), ("many", None), ("", None)])
+def test_threads_default_to_omp_num_threads_when_it_is_set(tmp_path: Path, capsys, monkeypatch, variable: str,
+                                                          expected: int | None) -> None:
+    """``OMP_NUM_THREADS=N transformer-train ...`` runs on N threads (issue 46); unset or not a positive
+    number, the default is the model's: 1 for the tiny preset, else up to 4 of the cores the process may use."""
+    monkeypatch.setenv("OMP_NUM_THREADS", variable)
+    shown = train.main([*TINY, "--max-steps", "2", "--print-config", "--out", str(tmp_path / "run")])
+    assert shown["session"]["threads"] == (expected or 1)
+    given = train.main([*TINY, "--max-steps", "2", "--threads", "2", "--print-config", "--out", str(tmp_path / "run")])
+    assert given["session"]["threads"] == 2, "--threads wins over the variable"
+    capsys.readouterr()
+
+
+def test_without_omp_num_threads_a_larger_model_uses_the_cores_the_process_may_run_on(monkeypatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 5, 7}, raising=False)  # e.g. taskset -c 0,5,7
+    assert common.available_cores() == 3
+    assert common.default_threads(small_model=False) == 3 and common.default_threads(small_model=True) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert common.default_threads(small_model=False) == 4, "more threads rarely help these models"
+    monkeypatch.setenv("OMP_NUM_THREADS", "6")
+    assert common.default_threads(small_model=False) == common.default_threads(small_model=True) == 6
 
 
 def test_tensorboard_is_optional_and_writes_event_files_when_installed(tmp_path: Path) -> None:

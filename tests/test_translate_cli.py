@@ -109,6 +109,22 @@ def test_translate_prints_the_greedy_translation(checkpoint: Path, capsys: pytes
     assert out.splitlines() == expected
 
 
+def test_the_thread_count_defaults_to_omp_num_threads(checkpoint: Path, capsys, monkeypatch) -> None:
+    """``OMP_NUM_THREADS=N transformer-translate ...`` translates on N threads, as torch itself would (issue 46)."""
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        status, _, err = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", GERMAN[0])
+        assert status == 0 and "info: 2 CPU threads (--threads)" in err and torch.get_num_threads() == 2, err
+        status, _, err = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--threads", "1", GERMAN[0])
+        assert status == 0 and "info: 1 CPU thread (--threads)" in err and torch.get_num_threads() == 1, err
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        status, _, err = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", GERMAN[0])
+        assert status == 0 and "info: 1 CPU thread (--threads)" in err, "a d_model 32 model's own default: 1"
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_translate_with_beam(checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
     status, out, _ = run_cli(capsys, "--checkpoint", str(checkpoint), "--device", "cpu", "--beam-size", "3", GERMAN[2])
     assert status == 0

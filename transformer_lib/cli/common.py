@@ -19,11 +19,16 @@ from ..trainer import TrainingDiverged
 from ..validation import check_int
 from .interrupt import Interrupted, exit_status
 
-__all__ = ["DEBUG_ENV", "MAX_THREADS", "CommandLineParser", "add_version", "available_cores", "default_threads",
+__all__ = ["DEBUG_ENV", "MAX_THREADS", "THREADS_ENV", "THREADS_DEFAULT_TEXT", "CommandLineParser", "environment_threads", "add_version", "available_cores", "default_threads",
            "check_at_most", "set_threads", "say", "run_command"]
 
 # A bound for --threads: more than any machine this runs on has cores to give one process.
 MAX_THREADS = 1024
+# The variable every OpenMP program reads for its thread count; set, it is --threads' default.
+THREADS_ENV = "OMP_NUM_THREADS"
+# What --help says of --threads' default (both command lines).
+THREADS_DEFAULT_TEXT = (f"${THREADS_ENV} when set, else 1 for a tiny model (d_model <= 64), whose matrices are too "
+                        "small to share out, else up to 4 of the cores this process may use")
 
 # Set to 1 for full tracebacks from the command lines (as --debug does); 0, false, no or off leave them off.
 DEBUG_ENV = "TRANSFORMER_LIB_DEBUG"
@@ -51,14 +56,28 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def environment_threads() -> int | None:
+    """``OMP_NUM_THREADS`` as a thread count (its first number: OpenMP allows one per nesting level),
+    at most :data:`MAX_THREADS`; ``None`` when unset or not a positive whole number."""
+    first = os.environ.get(THREADS_ENV, "").split(",")[0].strip()
+    if not first.isdigit() or int(first) < 1:
+        return None
+    return min(int(first), MAX_THREADS)
+
+
 def default_threads(small_model: bool) -> int:
-    """The default of ``--threads``: 1 for a small model, else up to 4 of the cores this process may use.
+    """The default of ``--threads``: ``OMP_NUM_THREADS`` when it is set (as every OpenMP program and
+    PyTorch itself read it), else 1 for a small model, else up to 4 of the cores this process may
+    use (:func:`available_cores`: its CPU affinity, as ``taskset`` or a batch system set it).
 
     A small model's matrices are too small to split across threads, and on a shared machine extra
     threads wait on each other: on a loaded 2-core machine 150 updates of the reverse task took 106 s
     with one thread and 499 s with two (``benchmarks/bench_threads.py``). Larger models gain from a few
     threads (the Multi30k preset: 1.13x the throughput at 2 threads against 1, ``benchmarks/``), rarely from more.
     """
+    chosen = environment_threads()
+    if chosen is not None:
+        return chosen
     return 1 if small_model else max(1, min(4, available_cores()))
 
 

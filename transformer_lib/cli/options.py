@@ -27,7 +27,7 @@ from ..toy_tasks import TOY_TASKS
 from ..trainer import TrainConfig
 from ..validation import check_choice, check_int, check_number
 from ..vocab import SPECIALS
-from .common import MAX_THREADS, CommandLineParser, add_version, check_at_most, default_threads
+from .common import MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_version, check_at_most, default_threads
 from .profiles import DEFAULTS, PROFILE_ENV, PROFILES, current_profile
 
 __all__ = ["TASKS", "TOKENIZERS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "flag", "parse_args", "resolve"]
@@ -214,8 +214,7 @@ class SessionOptions:
     data: Path | None = _option("prepared data from --prepare-only (skips tokenizing)", task="multi30k")
     prepare_only: bool = _option("tokenize and write OUT/data.pt, then stop (for the full profile unless --profile "
                                  "says otherwise)", False, task="multi30k")
-    threads: int | None = _option("CPU threads for PyTorch's operators (default: 1 with the tiny preset, whose "
-                                  "matrices are too small to share out, else up to 4 of this machine's cores)",
+    threads: int | None = _option(f"CPU threads for PyTorch's operators (default: {THREADS_DEFAULT_TEXT})",
                                   metavar="N", maximum=MAX_THREADS)
     tensorboard: bool = _option("also write TensorBoard event files to OUT/tensorboard (needs the tensorboard "
                                 "package; OUT/metrics.jsonl has the same records either way)", False)

@@ -35,7 +35,7 @@ from .. import pretrained
 from ..evaluation import BleuScore, corpus_chrf
 from ..translator import LENGTH_PENALTY, TranslationError, Translator, evaluate_bleu, read_multi30k_split
 from ..validation import check_int, check_number
-from .common import DEBUG_ENV, MAX_THREADS, CommandLineParser, add_version, check_at_most, default_threads, run_command, set_threads
+from .common import DEBUG_ENV, MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_version, check_at_most, default_threads, run_command, set_threads
 from .nbest import format_n_best, n_best, open_output, read_lines
 from .options import MAX_BEAM
 
@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=64, metavar="N",
                         help=f"sentences decoded together, at most {MAX_BATCH} (default: 64)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CPU threads (default: 1 for a model of d_model <= 64, else up to 4 of this machine's cores)")
+                        help=f"CPU threads (default: {THREADS_DEFAULT_TEXT})")
     parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N (default: auto)")
     parser.add_argument("--debug", action="store_true", help=f"show the traceback of an error (or set {DEBUG_ENV}=1)")
     return parser
