@@ -367,9 +367,7 @@ class Trainer:
         config = self.config
         bar_options = {} if config.progress and self.is_main else {"disable": True}
         bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, **bar_options)
-        # A resumed window goes on from the time it had run when it was saved (see state_dict).
-        self._window_start = time.perf_counter() - self._window_carried_s
-        self._window_carried_s = 0.0
+        self._window_start, self._window_carried_s = time.perf_counter() - self._window_carried_s, 0.0  # a resumed window goes on
         try:
             while not self._should_stop():
                 sampler = getattr(self.train_loader, "batch_sampler", None)
@@ -399,8 +397,7 @@ class Trainer:
                         self._validate()
                     if config.checkpoint_every is None and config.eval_every is None:
                         self.save()
-            # The last, partial logging window; a signal's stop leaves it in the checkpoint instead, so a
-            # resumed run records it where an uninterrupted run would (the same loss history).
+            # The last, partial window (a signal's stop leaves it to the checkpoint: resumed, the same history)
             if self._window_loss.updates and self.stop_requested is None:
                 self._log()
             if self._saved_at != (self.step, len(self.history["train"]), len(self.history["val"])):
@@ -555,8 +552,7 @@ class Trainer:
         window = state["window"]
         self._window_loss.reset()
         self._window_loss.update(torch.as_tensor(window["loss"]).to(self.device, torch.float64), float(window["tokens"]))
-        self._window_loss.updates = int(window["steps"])
-        self._window_carried_s = float(window.get("seconds", 0.0))  # absent in older checkpoints
+        self._window_loss.updates, self._window_carried_s = int(window["steps"]), float(window.get("seconds", 0.0))
         self._epoch_loss.reset()
         self._epoch_loss.update(torch.as_tensor(window.get("epoch_loss", 0.0)).to(self.device, torch.float64), float(window.get("epoch_tokens", 0)))
         self._restore_rng(state["rng_state"])
