@@ -44,6 +44,21 @@ def test_vocab_save_load_and_dict_round_trip(tmp_path: Path) -> None:
     vocab.save(tmp_path / "vocab.json")
     assert Vocab.load(tmp_path / "vocab.json") == vocab
     assert Vocab.from_dict(vocab.to_dict()) == vocab
+    assert [p.name for p in tmp_path.iterdir()] == ["vocab.json"]  # written through a temporary file, renamed
+
+
+def test_a_failed_vocab_save_leaves_the_earlier_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "vocab.json"
+    Vocab.build([["a"]]).save(path)
+    before = path.read_bytes()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    with pytest.raises(OSError):
+        Vocab.build([["b", "c"]]).save(path)
+    assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ current PyTorch): a plain-Python vocabulary. The tokenizers are in :mod:`transfo
 from __future__ import annotations
 
 import json
+import os
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -147,7 +148,11 @@ class Vocab:
         return cls(values["tokens"], values.get("unk_token", UNK))  # type: ignore[arg-type]
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
+        """Write :meth:`to_dict` as JSON, whole or not at all (a temporary file beside ``path``, renamed)."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | Path) -> Vocab:
