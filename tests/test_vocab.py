@@ -52,13 +52,16 @@ def test_a_failed_vocab_save_leaves_the_earlier_file(tmp_path: Path, monkeypatch
     Vocab.build([["a"]]).save(path)
     before = path.read_bytes()
 
-    def disk_full(*args, **kwargs):
+    real_write_text = Path.write_text
+
+    def disk_full(self: Path, text: str, *args, **kwargs):  # the first bytes go out, then the disk is full
+        real_write_text(self, text[:5], *args, **kwargs)
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Path, "write_text", disk_full)
     with pytest.raises(OSError):
         Vocab.build([["b", "c"]]).save(path)
-    assert path.read_bytes() == before
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["vocab.json"]
 
 
 @pytest.mark.parametrize(

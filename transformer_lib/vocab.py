@@ -151,8 +151,11 @@ class Vocab:
         """Write :meth:`to_dict` as JSON, whole or not at all (a temporary file beside ``path``, renamed)."""
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)  # after an error; after the rename it is gone already
 
     @classmethod
     def load(cls, path: str | Path) -> Vocab:
