@@ -13,6 +13,7 @@
     history      a recorded run's command as it was run, and the command that makes the same run today
     results      metrics.json and loss.png
     common       one-line errors, exit status 2, --version, --threads, messages beside a progress bar
+    console      a logging logger per module, --quiet/--log-file/--log-level, a progress bar only on a terminal
 
 This package imports the core (``transformer_lib.*``) and nothing of the book
 (``transformer_lib.book``), which may import it (``tests/test_layout.py`` reads the imports).

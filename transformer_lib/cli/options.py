@@ -28,6 +28,7 @@ from ..trainer import TrainConfig
 from ..validation import check_choice, check_int, check_number
 from ..vocab import SPECIALS
 from .common import MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_version, check_at_most, default_threads
+from .console import LEVELS
 from .profiles import DEFAULTS, PROFILE_ENV, PROFILES, current_profile
 
 __all__ = ["TASKS", "TOKENIZERS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "flag", "parse_args", "resolve"]
@@ -207,7 +208,12 @@ class SessionOptions:
     out: Path = _option("output folder (checkpoint.pt, metrics.json, loss.png)", required=True)
     restart: bool = _option("start over, although --out has a checkpoint (earlier results are moved to OUT/previous-*)", False)
     device: str = _option("'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:1', ...", "auto")
-    no_progress: bool = _option("hide the progress bar (TQDM_DISABLE=1 does too)", False)
+    no_progress: bool = _option("no progress bar and no progress lines (TQDM_DISABLE=1 hides the bar too); the bar "
+                                "shows on a terminal only, elsewhere a plain line every --log-every updates", False)
+    quiet: bool = _option("only warnings and errors on the console: no information or progress lines, no bar", False)
+    log_file: Path | None = _option("also append every message (at --log-level or above, with its time) to this file",
+                                    metavar="FILE")
+    log_level: str = _option("the least important messages shown and logged", "info", choices=LEVELS)
     debug: bool = _option("show the traceback of an error (or set TRANSFORMER_LIB_DEBUG=1)", False)
     data_dir: Path | None = _option("folder with the .gz files (default: $MULTI30K_DIR, else download to the cache)",
                                     task="multi30k")
@@ -224,7 +230,8 @@ class SessionOptions:
     def __post_init__(self) -> None:
         if self.threads is not None:  # None: the default for the model's size
             check_int(flag("threads"), self.threads)
-        _check_flags(self, ("restart", "no_progress", "debug", "prepare_only", "tensorboard", "print_config"))
+        _check_flags(self, ("restart", "no_progress", "quiet", "debug", "prepare_only", "tensorboard", "print_config"))
+        check_choice(flag("log_level"), self.log_level, LEVELS)
         _check_maxima(self)
 
     def resolved_threads(self, preset: str) -> int:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -64,7 +65,8 @@ from ..toy_tasks import toy_task, toy_vocab
 from ..trainer import Trainer
 from ..translator import Translator, evaluate_bleu
 from ..vocab import Tokenizer
-from .common import run_command, say, set_threads
+from .common import run_command, set_threads
+from .console import PROGRESS, command_logging, progress_line, show_bar
 from .interrupt import Interrupted, StopOnSignal
 from .logs import RunLog, check_tensorboard
 from .options import RunConfig, SessionOptions, flag, parse_args, resolve, resumable_fields
@@ -73,6 +75,8 @@ from .results import METRICS_FORMAT_VERSION, bleu_record, per_epoch, save_loss_p
 from .runs import EARLIER_RESULTS, lock_folder, move_aside, unlock_folder, write_json
 
 __all__ = ["main", "cli"]
+
+logger = logging.getLogger("transformer_lib.cli.train")  # not __name__: "__main__" under python -m
 
 
 @dataclass
@@ -87,6 +91,7 @@ class _Run:
     command: str
     software: dict[str, Any]
     resumed: dict[str, Any] | None = None
+    bar: bool = False  # a progress bar (on a terminal), else plain progress lines
 
     @property
     def out(self) -> Path:
@@ -101,9 +106,9 @@ class _Run:
         return max(self.config.batch_size, 256)
 
     def say(self, message: str) -> None:
-        """Print (process 0 only: the others train silently)."""
+        """Log at ``info`` (process 0 only: the others train silently)."""
         if self.processes.is_main:
-            say(message)
+            logger.info(message)
 
 
 @dataclass
@@ -133,6 +138,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     threads = session.resolved_threads(config.preset)
     if session.print_config:
         return _print_config(config, session, threads, given)
+    bar = show_bar(session.quiet, session.no_progress)
+    with command_logging(session.quiet, session.log_file, session.log_level, info_stream="stdout", bar=bar):
+        return _session(argv, given, config, session, device, threads, bar)
+
+
+def _session(argv: list[str] | None, given: dict[str, Any], config: RunConfig, session: SessionOptions,
+             device: torch.device, threads: int, bar: bool) -> dict[str, Any]:
+    """The run, with its processes and its folder's lock."""
     set_threads(threads)
     created = not session.out.exists()
     processes = setup_distributed(device.type)
@@ -141,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if processes.is_main:
             lock = lock_folder(session.out)
         device = processes.device(device.type) if processes.world_size > 1 else device
-        run = _Run(config, session, given, processes, device, command_line(argv, processes), software())
+        run = _Run(config, session, given, processes, device, command_line(argv, processes), software(), bar=bar)
         run.say(f"{__project__} {__version__}, torch {torch.__version__}: {threads} CPU thread{'s' * (threads > 1)} "
                 f"(--threads), device {device}")
         return _train(run)
@@ -204,7 +217,12 @@ def _fit(run: _Run, trainer: Trainer, data: _Data, start: float) -> None:
             progress = {"selection": None, "final": None, "bleu": None, "examples": []}
             write_json(run.out / "metrics.json", _metrics(run, trainer, data, progress, time.perf_counter() - start))
 
-    trainer.on_log = log and functools.partial(log.record, "train")
+    def on_log(record: dict[str, Any]) -> None:
+        log.record("train", record)  # type: ignore[union-attr]
+        # A plain line: the console shows it where no progress bar does (a file, a pipe); a log file always.
+        logger.info(progress_line(record, trainer.total_steps), extra={PROGRESS: True})
+
+    trainer.on_log = on_log if log is not None else None
     trainer.on_eval, trainer.on_save = on_eval, on_save
     try:
         with StopOnSignal(lambda name: setattr(trainer, "stop_requested", name)) as stop:
@@ -326,10 +344,10 @@ def _multi30k_data(run: _Run, cached_exists: bool) -> PreparedTranslation:
         return _load_prepared(cached)
     if run.processes.is_main:  # one process tokenizes; the others wait for its file
         what = "all pairs" if config.train_size is None else f"a random {config.train_size:,} pairs"
-        say(f"preparing {what} of the training split ({config.profile} profile)")
+        logger.info(f"preparing {what} of the training split ({config.profile} profile)")
         how = (f"spaCy blank tokenizers, min_freq={config.min_freq}" if config.tokenizer == "words"
                else f"joint BPE vocabulary of {config.vocab_size:,} tokens, learned on the training split")
-        say(f"tokenizing Multi30k ({how}) ...")
+        logger.info(f"tokenizing Multi30k ({how}) ...")
         prepared = prepare_multi30k(
             session.data_dir, lowercase=config.lowercase, min_freq=config.min_freq, train_size=config.train_size,
             seed=config.seed, tokenizer=config.tokenizer, vocab_size=config.vocab_size,
@@ -378,7 +396,7 @@ def _check_prepared(prepared: PreparedTranslation, config: RunConfig, given: dic
 
 def _prepared_only(run: _Run, data: _Data) -> dict[str, Any]:
     sizes = {name: len(split) for name, split in data.splits.items()}
-    say(f"wrote {run.out / 'data.pt'}: {sizes} pairs, vocabularies {len(data.src_tokenizer.vocab)} / "
+    logger.info(f"wrote {run.out / 'data.pt'}: {sizes} pairs, vocabularies {len(data.src_tokenizer.vocab)} / "
           f"{len(data.tgt_tokenizer.vocab)}")
     return {"prepared": str(run.out / "data.pt"), "sizes": sizes}
 
@@ -405,7 +423,7 @@ def _build_model(run: _Run, data: _Data) -> Transformer:
     return model
 
 
-def _check_lengths(data: TranslationData, max_len: int, split: str, say: Callable[[str], None] = say) -> TranslationData:
+def _check_lengths(data: TranslationData, max_len: int, split: str, say: Callable[[str], None] = logger.info) -> TranslationData:
     """Drop (train) or refuse (other splits) pairs longer than the model's positional table."""
     fits = [i for i, (s, t) in enumerate(zip(data.src_lengths, data.tgt_lengths)) if max(s, t) + 1 <= max_len]
     if len(fits) == len(data):
@@ -437,7 +455,7 @@ def _make_trainer(run: _Run, model: Transformer, data: _Data) -> Trainer:
                                    run=config.to_dict())
     trainer = Trainer(
         model, _loader(run, data, "train", batch_size=config.batch_size, seed=config.seed, pin_memory=pin),
-        config.train_config(data.tgt_tokenizer.vocab.pad_id, progress=not run.session.no_progress),
+        config.train_config(data.tgt_tokenizer.vocab.pad_id, progress=run.bar),
         val_loader=_loader(run, data, "val", shuffle=False, pin_memory=pin), device=run.device,
         checkpoint_path=run.checkpoint_path, metadata=metadata, on_eval=functools.partial(_report_validation, run),
         val_metrics=functools.partial(_val_bleu_record, run, data) if config.bleu == "epoch" else None,

@@ -28,6 +28,7 @@ or ``TRANSFORMER_LIB_DEBUG=1`` shows it); a sentence of only unknown words warns
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -36,10 +37,13 @@ from ..evaluation import BleuScore, corpus_chrf
 from ..translator import LENGTH_PENALTY, TranslationError, Translator, evaluate_bleu, read_multi30k_split
 from ..validation import check_int, check_number
 from .common import DEBUG_ENV, MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_version, check_at_most, default_threads, run_command, set_threads
+from .console import add_logging_options, command_logging
 from .nbest import format_n_best, n_best, open_output, read_lines
 from .options import MAX_BEAM
 
 __all__ = ["main"]
+
+logger = logging.getLogger("transformer_lib.cli.translate")  # not __name__: "__main__" under python -m
 
 MAX_BATCH = 4096  # sentences decoded together; more only fills memory
 SCORED_BEAM = 4  # scoring a model that chose no beam: greedy and this beam (the paper's)
@@ -82,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help=f"CPU threads (default: {THREADS_DEFAULT_TEXT})")
     parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N (default: auto)")
+    add_logging_options(parser)
     parser.add_argument("--debug", action="store_true", help=f"show the traceback of an error (or set {DEBUG_ENV}=1)")
     return parser
 
@@ -197,6 +202,12 @@ def _score(args: argparse.Namespace, translator: Translator, threads: int) -> No
 
 
 def _run(args: argparse.Namespace) -> None:
+    # Information on standard error, as "info: ...": standard output holds only the results.
+    with command_logging(args.quiet, args.log_file, args.log_level, info_stream="stderr", prefix_info=True):
+        _translate_or_score(args)
+
+
+def _translate_or_score(args: argparse.Namespace) -> None:
     _check_options(args)
     sentences = None if (args.eval or args.src) else _sentences(args)  # read (and checked) before the model loads
     translator = _load(args)
@@ -208,7 +219,7 @@ def _run(args: argparse.Namespace) -> None:
         return
     translator.source_ids(sentences, blanks=True)  # every sentence checked before anything is printed
     # On standard error: standard output holds only the translations (a filter in a pipe).
-    print(f"info: {_threads_text(threads)}, device {translator.device}", file=sys.stderr)
+    logger.info(f"{_threads_text(threads)}, device {translator.device}")
     _translate(args, translator, sentences)
 
 
