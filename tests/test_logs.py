@@ -147,3 +147,42 @@ def test_tensorboard_without_the_package_is_refused_before_anything_starts(tmp_p
     status = train.cli([*TINY, "--max-steps", "2", "--tensorboard", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert status == 2 and err.startswith("error: --tensorboard") and not (tmp_path / "run").exists(), err
+
+
+@pytest.mark.parametrize("task", [["--task", "reverse", "--max-steps", "7", "--lr", "0.002"],
+                                  ["--task", "multi30k", "--profile", "fast", "--clip-norm", "0", "--dropout", "0.2"]])
+def test_config_reads_what_print_config_writes(tmp_path: Path, capsys: pytest.CaptureFixture, task: list[str]) -> None:
+    """--config FILE round trip (issue 46, item 5): the settings --print-config prints, read back, print the
+    same; options on the command line override the file's."""
+    out = tmp_path / "run"
+    printed = capsys.readouterr() and train.main([*task, "--threads", "1", "--print-config", "--out", str(out)])
+    config = tmp_path / "settings.json"
+    config.write_text(capsys.readouterr().out)
+    assert train.main(["--config", str(config), "--print-config"]) == printed
+    assert json.loads(capsys.readouterr().out) == printed
+    changed = train.main(["--config", str(config), "--seed", "3", "--out", str(tmp_path / "other"), "--print-config"])
+    assert changed["run"] == {**printed["run"], "seed": 3} and changed["session"]["out"] == str(tmp_path / "other")
+    capsys.readouterr()
+
+
+def test_a_run_from_a_config_file_trains_with_its_settings_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    printed = train.main([*TINY, "--max-steps", "2", "--eval-every", "2", "--lr", "0.002", "--print-config", "--out", str(out)])
+    config = tmp_path / "settings.json"
+    config.write_text(capsys.readouterr().out)
+    metrics = train.main(["--config", str(config)])
+    assert metrics["settings"] == printed["run"] and metrics["steps"] == 2
+    again = train.main(["--config", str(config), "--max-steps", "4"])  # every setting the checkpoint's: it resumes
+    assert again["resumed_from_step"] == 2 and again["steps"] == 4
+
+
+@pytest.mark.parametrize(("content", "named"), [("{not json", ["settings.json", "JSON"]),
+                                                ('{"run": {"warmup": 3}}', ["settings.json", "'warmup'"]),
+                                                ('{"run": {"task": "reverse", "lr": "fast"}, "session": {"out": "x"}}', ["--lr"])])
+def test_a_bad_config_file_is_one_error(tmp_path: Path, capsys: pytest.CaptureFixture, content: str, named: list[str]) -> None:
+    config = tmp_path / "settings.json"
+    config.write_text(content)
+    status = train.cli(["--config", str(config), "--print-config"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert all(name in err for name in named), err

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import sys
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -31,7 +33,8 @@ from .common import MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_ve
 from .console import LEVELS
 from .profiles import DEFAULTS, PROFILE_ENV, PROFILES, current_profile
 
-__all__ = ["TASKS", "TOKENIZERS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "flag", "parse_args", "resolve"]
+__all__ = ["TASKS", "TOKENIZERS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "flag", "parse_args", "read_config",
+           "resolve"]
 
 TASKS = (*TOY_TASKS, "multi30k")
 TOKENIZERS = ("words", "bpe")  # what prepare_multi30k learns from the training split
@@ -303,9 +306,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="transformer-train",
         description="Train an encoder-decoder Transformer on a toy task or on Multi30k (German -> English).",
         epilog=f"Defaults depend on the task and the profile (--profile, else ${PROFILE_ENV}, else full with a CUDA GPU "
-               "and fast without); --print-config shows those that apply to a command.",
+               "and fast without); --print-config shows those that apply to a command, and --config FILE reads them back.",
     )
     add_version(parser)
+    parser.add_argument("--config", metavar="FILE", help="read the settings from FILE, as --print-config writes them "
+                        "(JSON); the options given on the command line override them")
     groups = {None: parser, "toy": parser.add_argument_group("toy tasks (copy, reverse)"),
               "multi30k": parser.add_argument_group("multi30k")}
     for cls in (RunConfig, SessionOptions):
@@ -315,9 +320,62 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What a --config file holds but never sets: the one-shot actions of the invocation that printed it.
+NOT_FROM_CONFIG = ("print_config", "restart")
+
+
 def parse_args(argv: list[str] | None = None) -> dict[str, Any]:
-    """The options given, by field name (those left out are absent); ``--task`` and ``--out`` are required."""
-    return vars(_parser().parse_args(argv))
+    """The options given, by field name (those left out are absent); ``--task`` and ``--out`` are required.
+
+    ``--config FILE`` reads the settings ``--print-config`` printed (:func:`read_config`) as if they had
+    been given, and the options on the command line override them; ``--task`` and ``--out`` may then come
+    from the file.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    config_only = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    config_only.add_argument("--config")
+    path = config_only.parse_known_args(argv)[0].config
+    parser = _parser()
+    from_file = read_config(path) if path is not None else {}
+    for action in parser._actions:
+        if action.dest in from_file:
+            action.required = False
+    given = vars(parser.parse_args(argv))
+    given.pop("config", None)
+    return {**from_file, **given}
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The settings in a file ``--print-config`` wrote (``{"run": {...}, "session": {...}}``), by field name.
+
+    Fields of the other task family (``None`` or their defaults there) and the one-shot actions
+    (:data:`NOT_FROM_CONFIG`) are left out; a key that is no option is an error, by name. The values are
+    checked with the rest of the options (:func:`resolve`).
+    """
+    try:
+        values = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise OSError(f"--config {path}: cannot read it ({error.strerror or error})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"--config {path} is not JSON as --print-config writes it ({error})") from None
+    if not isinstance(values, dict) or not isinstance(values.get("run", {}), dict) or not isinstance(values.get("session", {}), dict):
+        raise ValueError(f"--config {path}: expected the JSON object --print-config writes, with \"run\" and \"session\"")
+    unknown = sorted(set(values) - {"run", "session", "resumes"})
+    items = {f.name: f for cls in (RunConfig, SessionOptions) for f in fields(cls)}
+    settings = {**values.get("run", {}), **values.get("session", {})}
+    unknown += sorted(set(settings) - set(items))
+    if unknown:
+        raise ValueError(f"--config {path}: unknown setting(s) {unknown}; it holds what --print-config prints")
+    family = "toy" if settings.get("task") in TOY_TASKS else "multi30k"
+    hints = {**typing.get_type_hints(RunConfig), **typing.get_type_hints(SessionOptions)}
+    chosen: dict[str, Any] = {}
+    for name, value in settings.items():
+        if name in NOT_FROM_CONFIG or items[name].metadata["task"] not in (None, family):
+            continue
+        if value is not None and Path in typing.get_args(hints[name]) + (hints[name],) and isinstance(value, str):
+            value = Path(value)
+        chosen[name] = value
+    return chosen
 
 
 def _check_family_options(task: str, given: dict[str, Any]) -> None:

@@ -263,6 +263,8 @@ def _refuse_changed_settings(run: _Run, saved: RunConfig, model_config: dict[str
         if not hasattr(saved, name) or name in resumable_fields():
             continue
         ours, theirs = getattr(run.config, name), getattr(saved, name)
+        if ours == theirs:  # "the preset's" in both (a --config file holds every setting)
+            continue
         if theirs is None and name in model_config:  # "the preset's" dropout or norm_first
             theirs = model_config[name]
         if ours != theirs:
