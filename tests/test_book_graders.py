@@ -1,10 +1,12 @@
 """The exercise graders: right answers pass, every tutorial bug and common slip is caught and named,
 and no answer, however broken, makes a grader raise.
 
-Each grader is fed the library's own implementation and a second, independent one written here (so a
-grader cannot pass only what equals the library line for line), then the bugs of
-``transformer_lib.book.pitfalls`` and slips written here. Assertions are on the stable identifiers
-(``report.failures[0].check``), never on the prose.
+Each grader is fed the library's own implementation (with ``from_scratch=False``) and a second,
+independent one written here (so a grader cannot pass only what equals the library line for line),
+then the bugs of ``transformer_lib.book.pitfalls`` and slips written here, then wrong answers of
+each class the graders check (numerics, gradient flow, side effects, special ids), the ready-made
+answers (refused by default) and hostile ones (exit, endless loop, output flood). Assertions are on
+the stable identifiers (``report.failures[0].check``), never on the prose.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +30,7 @@ from torch import Tensor, nn
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_lib.blocks import Residual
 from transformer_lib.book import pitfalls
+from transformer_lib.book.graders import report as grader_machinery
 from transformer_lib.book.graders import (
     GradeReport,
     grade_attention,
@@ -51,8 +58,8 @@ from transformer_lib.losses import label_smoothed_cross_entropy
 
 def einsum_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
     scores = torch.einsum("...td,...ld->...tl", query, key) * query.size(-1) ** -0.5
-    weights = scores.exp() / scores.exp().sum(-1, keepdim=True)
-    return torch.einsum("...tl,...lv->...tv", weights, value)
+    exp = (scores - scores.amax(-1, keepdim=True)).exp()  # the softmax by hand, stable
+    return torch.einsum("...tl,...lv->...tv", exp / exp.sum(-1, keepdim=True), value)
 
 
 class LoopedHeadsAttention(nn.Module):
@@ -112,6 +119,13 @@ def explicit_smoothed_loss(logits: Tensor, target: Tensor, label_smoothing: floa
     return (per_position * keep).sum() / keep.sum()
 
 
+def pieces_smoothed_loss(logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int) -> Tensor:
+    """From PyTorch's pieces: the plain cross-entropy (no smoothing) and the mean of -log p."""
+    keep = target != ignore_index
+    nll = F.cross_entropy(logits[keep], target[keep])
+    return (1 - label_smoothing) * nll - label_smoothing * F.log_softmax(logits[keep], dim=-1).mean()
+
+
 def batches_by_tokens(sentences: list[str], tokenize: Callable[[str], list[str]], batch_size: int) -> list[list[int]]:
     order = np.argsort([len(tokenize(s)) for s in sentences], kind="stable").tolist()
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)][::-1]  # any batch order
@@ -140,33 +154,36 @@ def library_greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: in
                          pad_id=pad_id)
 
 
-RIGHT_ANSWERS: list[tuple[Callable[[Any], GradeReport], Any]] = [
-    (grade_attention, lambda q, k, v: scaled_dot_product_attention(q, k, v)),
-    (grade_attention, einsum_attention),
-    (grade_multi_head_attention, MultiHeadAttention),
-    (grade_multi_head_attention, LoopedHeadsAttention),
-    (grade_padding_mask, padding_mask),
-    (grade_padding_mask, lambda tokens, pad_id: tokens.ne(pad_id).view(tokens.size(0), 1, 1, -1)),
-    (grade_causal_mask, causal_mask),
-    (grade_causal_mask, lambda n: torch.arange(n)[None, :] <= torch.arange(n)[:, None]),
-    (grade_target_mask, target_mask),
+# (grader, answer, ready-made): a ready-made answer is the library's own, graded with from_scratch=False
+RIGHT_ANSWERS: list[tuple[Callable[..., GradeReport], Any, bool]] = [
+    (grade_attention, lambda q, k, v: scaled_dot_product_attention(q, k, v), True),
+    (grade_attention, einsum_attention, False),
+    (grade_multi_head_attention, MultiHeadAttention, True),
+    (grade_multi_head_attention, LoopedHeadsAttention, False),
+    (grade_padding_mask, padding_mask, True),
+    (grade_padding_mask, lambda tokens, pad_id: tokens.ne(pad_id).view(tokens.size(0), 1, 1, -1), False),
+    (grade_causal_mask, causal_mask, True),
+    (grade_causal_mask, lambda n: torch.arange(n)[None, :] <= torch.arange(n)[:, None], False),
+    (grade_target_mask, target_mask, True),
     (grade_target_mask, lambda tgt, pad: (tgt != pad)[:, None, None, :]
-     & (torch.arange(tgt.size(1))[None, :] <= torch.arange(tgt.size(1))[:, None])),
-    (grade_masked_attention, lambda q, k, v, mask=None: scaled_dot_product_attention(q, k, v, mask)),
-    (grade_masked_attention, where_attention),
-    (grade_sinusoidal_table, sinusoidal_table),
-    (grade_sinusoidal_table, numpy_table),
-    (grade_pre_ln_residual, lambda d_model, dropout=0.0: Residual(d_model, dropout, norm_first=True)),
-    (grade_pre_ln_residual, PreLN),
-    (grade_post_ln_residual, lambda d_model, dropout=0.0: Residual(d_model, dropout, norm_first=False)),
-    (grade_post_ln_residual, PostLN),
-    (grade_label_smoothed_loss, label_smoothed_cross_entropy),
-    (grade_label_smoothed_loss, explicit_smoothed_loss),
-    (grade_target_shift, lambda tgt: (tgt[:, :-1], tgt[:, 1:])),
-    (grade_target_shift, lambda tgt: (tgt.narrow(1, 0, tgt.size(1) - 1), tgt.roll(-1, dims=1)[:, :-1])),
-    (grade_length_batches, batches_by_tokens),
-    (grade_greedy_decode, library_greedy),
-    (grade_greedy_decode, cached_greedy),
+     & (torch.arange(tgt.size(1))[None, :] <= torch.arange(tgt.size(1))[:, None]), False),
+    (grade_target_mask, lambda tgt, pad: padding_mask(tgt, pad) & causal_mask(tgt.size(1)), False),  # the pieces
+    (grade_masked_attention, lambda q, k, v, mask=None: scaled_dot_product_attention(q, k, v, mask), True),
+    (grade_masked_attention, where_attention, False),
+    (grade_sinusoidal_table, sinusoidal_table, True),
+    (grade_sinusoidal_table, numpy_table, False),
+    (grade_pre_ln_residual, lambda d_model, dropout=0.0: Residual(d_model, dropout, norm_first=True), True),
+    (grade_pre_ln_residual, PreLN, False),
+    (grade_post_ln_residual, lambda d_model, dropout=0.0: Residual(d_model, dropout, norm_first=False), True),
+    (grade_post_ln_residual, PostLN, False),
+    (grade_label_smoothed_loss, label_smoothed_cross_entropy, True),
+    (grade_label_smoothed_loss, explicit_smoothed_loss, False),
+    (grade_label_smoothed_loss, pieces_smoothed_loss, False),
+    (grade_target_shift, lambda tgt: (tgt[:, :-1], tgt[:, 1:]), False),
+    (grade_target_shift, lambda tgt: (tgt.narrow(1, 0, tgt.size(1) - 1), tgt.roll(-1, dims=1)[:, :-1]), False),
+    (grade_length_batches, batches_by_tokens, False),
+    (grade_greedy_decode, library_greedy, True),
+    (grade_greedy_decode, cached_greedy, False),
 ]
 
 
@@ -174,12 +191,53 @@ def _id(value: Any) -> str:
     return getattr(value, "__name__", type(value).__name__)
 
 
-@pytest.mark.parametrize(("grader", "answer"), RIGHT_ANSWERS, ids=[f"{_id(g)}-{i}" for i, (g, _) in enumerate(RIGHT_ANSWERS)])
-def test_right_answers_pass_every_check(grader: Callable[[Any], GradeReport], answer: Any) -> None:
-    report = grader(answer)
+@pytest.mark.parametrize(("grader", "answer", "ready_made"), RIGHT_ANSWERS,
+                         ids=[f"{_id(g)}-{i}" for i, (g, _, _) in enumerate(RIGHT_ANSWERS)])
+def test_right_answers_pass_every_check(grader: Callable[..., GradeReport], answer: Any, ready_made: bool) -> None:
+    report = grader(answer, from_scratch=not ready_made)
     assert report.passed, str(report)
     assert not report.skipped and len(report.passed_checks) >= 2
     assert str(report).count("✓") == len(report.passed_checks)
+    assert ("not from scratch" in str(report).splitlines()[0]) == ready_made
+
+
+READY_MADE = [(g, a) for g, a, ready_made in RIGHT_ANSWERS if ready_made] + [
+    (grade_attention, lambda q, k, v: F.scaled_dot_product_attention(q, k, v)),
+    (grade_attention, lambda q, k, v: nn.functional.scaled_dot_product_attention(q, k, v)),
+    (grade_masked_attention, lambda q, k, v, mask=None: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)),
+    (grade_multi_head_attention, lambda d_model, n_heads: TorchLayer(d_model, n_heads)),
+    (grade_label_smoothed_loss, lambda logits, target, eps, pad: F.cross_entropy(
+        logits.flatten(0, 1), target.flatten(), label_smoothing=eps, ignore_index=pad)),
+    (grade_label_smoothed_loss, lambda logits, target, eps, pad: nn.CrossEntropyLoss(
+        ignore_index=pad, label_smoothing=eps)(logits.flatten(0, 1), target.flatten())),
+]
+
+
+class TorchLayer(nn.Module):
+    """PyTorch's multi-head attention (F.multi_head_attention_forward) behind the exercise's interface."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj, self.k_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.v_proj, self.out_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+        q, k, v = (x.transpose(0, 1) for x in (query, key, value))  # (T, B, D)
+        out = F.multi_head_attention_forward(q, k, v, query.size(-1), self.n_heads, w, b, None, None, False, 0.0,
+                                             self.out_proj.weight, self.out_proj.bias, need_weights=False)[0]
+        return out.transpose(0, 1)  # (B, T, D)
+
+
+@pytest.mark.parametrize(("grader", "answer"), READY_MADE, ids=[f"{_id(g)}-{i}" for i, (g, _) in enumerate(READY_MADE)])
+def test_ready_made_answers_are_told_they_did_not_write_it(grader: Callable[..., GradeReport], answer: Any) -> None:
+    report = grader(answer)
+    assert not report.passed and report.failed_checks == ["ready_made"], str(report)
+    assert "write it from the pieces" in report.failures[0].message and "from_scratch=False" in report.failures[0].hint
+    opted_out = grader(answer, from_scratch=False)
+    assert opted_out.passed and "not from scratch" in str(opted_out).splitlines()[0]
 
 
 # --- Slips written here (the pitfalls module holds the tutorials' bugs) ---------------------------
@@ -402,7 +460,7 @@ def test_reports_read_on_a_phone_and_as_markdown() -> None:
     assert max(len(line) for line in text.splitlines()) <= 80, max(text.splitlines(), key=len)
     markdown = report._repr_markdown_()
     assert markdown.count("```") % 2 == 0 and "*Hint:*" in markdown
-    passed = grade_masked_attention(lambda q, k, v, mask=None: scaled_dot_product_attention(q, k, v, mask))
+    passed = grade_masked_attention(where_attention)
     assert str(passed).splitlines()[0].endswith(f"all {len(passed.passed_checks)} checks passed")
 
 
@@ -411,3 +469,236 @@ def test_grading_leaves_the_global_random_state_alone(answer: Any) -> None:
     before = torch.get_rng_state()
     grade_multi_head_attention(answer)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+# --- Wrong answers of each class the graders check ------------------------------------------------
+
+
+class DetachedWeightsMHA(LoopedHeadsAttention):
+    def forward(self, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        heads = []
+        for h in range(self.n_heads):
+            part = slice(h * self.width, (h + 1) * self.width)
+            heads.append(pitfalls.attention_detached_weights(q[..., part], k[..., part], v[..., part])[0])
+        return self.out_proj(torch.cat(heads, dim=-1))
+
+
+class UnstableMHA(LoopedHeadsAttention):
+    def forward(self, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        return self.out_proj(torch.cat([pitfalls.attention_unstable_softmax(
+            q[..., h * self.width:(h + 1) * self.width], k[..., h * self.width:(h + 1) * self.width],
+            v[..., h * self.width:(h + 1) * self.width])[0] for h in range(self.n_heads)], dim=-1))
+
+
+class ValuesFromKeysMHA(LoopedHeadsAttention):
+    def forward(self, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+        return super().forward(query, key, key)  # the slip: right while key is value
+
+
+class AddsInPlace(PreLN):
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        x += self.drop(sublayer(self.layer_norm(x)))  # the caller's x changes
+        return x
+
+
+class DropoutOnSublayerInput(PreLN):
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return x + sublayer(self.drop(self.layer_norm(x)))
+
+
+class DetachedSublayer(PreLN):
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return x + self.drop(sublayer(self.layer_norm(x))).detach()
+
+
+def loss_by_order(logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int) -> Tensor:
+    keep = target > ignore_index  # the slip: right while the pad has the smallest id
+    log_p = F.log_softmax(logits, dim=-1)
+    nll = -log_p.gather(-1, target[..., None]).squeeze(-1)
+    return ((1 - label_smoothing) * nll - label_smoothing * log_p.mean(-1))[keep].mean()
+
+
+def loss_by_exp(logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int) -> Tensor:
+    log_p = (logits.exp() / logits.exp().sum(-1, keepdim=True)).log()  # exp overflows float16 at 11.1
+    nll = -log_p.gather(-1, target[..., None]).squeeze(-1)
+    return ((1 - label_smoothing) * nll - label_smoothing * log_p.mean(-1))[target != ignore_index].mean()
+
+
+def batches_of_one(sentences: list[str], tokenize: Callable[[str], list[str]], batch_size: int) -> list[list[int]]:
+    return [[i] for i in range(len(sentences))]  # no padding at all, and no batching either
+
+
+def sorts_in_place(sentences: list[str], tokenize: Callable[[str], list[str]], batch_size: int) -> list[list[int]]:
+    order = sorted(range(len(sentences)), key=lambda i: len(tokenize(sentences[i])))
+    sentences.sort(key=lambda s: len(tokenize(s)))  # the caller's list, reordered
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+class ShiftedCache(ForgetfulCache):
+    """Reports one token more than the cache holds: every new token one position late."""
+
+    @property
+    def length(self) -> int:  # type: ignore[override]
+        return self.cache.length + 1
+
+
+def greedy_hard_coded_pad(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
+                          pad_id: int) -> Tensor:
+    return greedy(model, src, src_mask, max_new_tokens, bos_id, eos_id, 0)  # pads with 0 whatever pad_id is
+
+
+def greedy_one_late(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
+                    pad_id: int) -> Tensor:
+    tokens = torch.full((src.size(0), 1), bos_id)
+    with torch.no_grad(), kv_cache(model) as kv:
+        memory = model.encode(src, src_mask)
+        for _ in range(max_new_tokens):
+            chosen = next_token_logits(model, tokens[:, -1:], memory, src_mask, ShiftedCache(kv)).argmax(-1)
+            tokens = torch.cat([tokens, chosen[:, None]], dim=1)
+            if bool((tokens == eos_id).any(1).all()):
+                break
+    return tokens[:, 1:]
+
+
+CLASS_BUGS: list[tuple[Callable[..., GradeReport], Any, str]] = [
+    # numerics: a softmax without the maximum subtracted
+    (grade_attention, pitfalls.attention_unstable_softmax, "unstable_softmax"),
+    (grade_masked_attention, pitfalls.attention_unstable_softmax, "unstable_softmax"),
+    (grade_multi_head_attention, UnstableMHA, "large_scores"),
+    (grade_label_smoothed_loss, loss_by_exp, "half_precision"),
+    # gradient flow
+    (grade_attention, pitfalls.attention_detached_weights, "weights_detached"),
+    (grade_masked_attention, pitfalls.attention_detached_weights, "weights_detached"),
+    (grade_multi_head_attention, DetachedWeightsMHA, "weights_detached"),
+    (grade_pre_ln_residual, DetachedSublayer, "gradient"),
+    # side effects on the caller's arguments
+    (grade_attention, pitfalls.attention_dividing_query_in_place, "modifies_input"),
+    (grade_masked_attention, pitfalls.attention_dividing_query_in_place, "modifies_input"),
+    (grade_label_smoothed_loss, pitfalls.loss_overwriting_targets, "modifies_input"),
+    (grade_pre_ln_residual, AddsInPlace, "modifies_input"),
+    (grade_length_batches, sorts_in_place, "modifies_input"),
+    # special ids anywhere in the vocabulary
+    (grade_padding_mask, pitfalls.padding_mask_by_order, "pad_compared_by_order"),
+    (grade_target_mask, lambda tgt, pad: pitfalls.padding_mask_by_order(tgt, pad) & causal_mask(tgt.size(1)),
+     "pad_compared_by_order"),
+    (grade_label_smoothed_loss, loss_by_order, "pad_compared_by_order"),
+    (grade_greedy_decode, greedy_hard_coded_pad, "pad_id_ignored"),
+    # answers that were graded right, and a report whose advice did not fit
+    (grade_multi_head_attention, ValuesFromKeysMHA, "values_from_keys"),
+    (grade_length_batches, batches_of_one, "batches_not_full"),
+    (grade_pre_ln_residual, DropoutOnSublayerInput, "dropout_on_input"),
+    (grade_post_ln_residual, DropoutOnSublayerInput, "dropout_on_input"),
+    (grade_greedy_decode, greedy_one_late, "positions_wrong"),
+]
+
+
+@pytest.mark.parametrize(("grader", "answer", "check"), CLASS_BUGS,
+                         ids=[f"{_id(g)}-{c}-{i}" for i, (g, _, c) in enumerate(CLASS_BUGS)])
+def test_each_class_of_wrong_answer_fails_with_its_check_named(grader: Callable[..., GradeReport], answer: Any,
+                                                               check: str) -> None:
+    report = grader(answer)
+    assert not report.passed and check in report.failed_checks, str(report)
+    failure = report.failures[report.failed_checks.index(check)]
+    assert failure.message and failure.hint, "a failure says what is wrong and what to do"
+
+
+def test_numerics_reports_name_the_softmax_and_show_the_input() -> None:
+    report = grade_attention(pitfalls.attention_unstable_softmax)
+    assert report.failed_checks == ["unstable_softmax"], str(report)
+    failure = report.failures[0]
+    assert "exp(s) / sum(exp(s))" in failure.message and "maximum" in failure.hint
+    assert "scale 30" in failure.example and "nan" in failure.got
+
+
+def test_side_effects_show_the_argument_before_and_after() -> None:
+    failure = grade_label_smoothed_loss(pitfalls.loss_overwriting_targets).failures[0]
+    assert failure.check == "modifies_input" and "`target`" in failure.message
+    assert failure.expected.startswith("target unchanged") and failure.got.startswith("target after the call")
+
+
+def test_positions_off_by_one_are_told_so() -> None:
+    failure = grade_greedy_decode(greedy_one_late).failures[0]
+    assert failure.check == "positions_wrong" and "+1" in failure.message and "cache.length" in failure.hint
+
+
+# --- Hostile answers: exit, endless loop, output flood --------------------------------------------
+
+
+def exits(*args: Any, **kwargs: Any) -> Any:
+    sys.exit(3)
+
+
+def loops(*args: Any, **kwargs: Any) -> Any:
+    while True:
+        pass
+
+
+def swallows_and_loops(*args: Any, **kwargs: Any) -> Any:
+    while True:
+        try:
+            time.sleep(10)
+        except Exception:  # noqa: BLE001 (the answer's own except may not stop the time limit)
+            pass
+
+
+def floods(*args: Any, **kwargs: Any) -> Any:
+    print("x" * 10_000_000)
+
+
+def prints_forever(*args: Any, **kwargs: Any) -> Any:
+    for i in range(10**9):
+        print(i)
+
+
+def interrupted(*args: Any, **kwargs: Any) -> Any:
+    raise KeyboardInterrupt
+
+
+HOSTILE = {"exits": (exits, "exits"), "loops": (loops, "time_limit"),
+           "sleeps, swallowing exceptions": (swallows_and_loops, "time_limit"),
+           "prints 10 MB": (floods, "output_limit"), "prints forever": (prints_forever, "output_limit"),
+           "raises KeyboardInterrupt": (interrupted, "interrupted")}
+
+
+@pytest.fixture
+def short_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(grader_machinery, "TIME_LIMIT_S", 0.3)
+
+
+@pytest.mark.usefixtures("short_time_limit")
+@pytest.mark.parametrize("grader", GRADERS, ids=_id)
+@pytest.mark.parametrize(("answer", "check"), list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_answers_are_reported_and_the_grader_survives(grader: Callable[..., GradeReport], answer: Any,
+                                                              check: str, capsys: pytest.CaptureFixture[str]) -> None:
+    stdout, handler, started = sys.stdout, signal.getsignal(signal.SIGALRM), time.perf_counter()
+    report = grader(answer)
+    assert report.failed_checks[0] == check and not report.passed, str(report)
+    assert time.perf_counter() - started < 10, "cut by the time limit, once"
+    assert sys.stdout is stdout and signal.getsignal(signal.SIGALRM) == handler and sys.getprofile() is None
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    printed = capsys.readouterr().out
+    assert len(printed) < grader_machinery.OUTPUT_LIMIT_CHARS + 200, "the flood is cut"
+
+
+@pytest.mark.usefixtures("short_time_limit")
+def test_the_time_limit_works_outside_the_main_thread_too() -> None:
+    reports: list[GradeReport] = []
+    thread = threading.Thread(target=lambda: reports.append(grade_attention(loops)))
+    thread.start()
+    thread.join(timeout=20)
+    assert not thread.is_alive() and reports[0].failed_checks == ["time_limit"]
+
+
+def test_an_outer_timer_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        assert grade_attention(einsum_attention).passed
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 20.0 < left < 30.0 and signal.getsignal(signal.SIGALRM) is not previous and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

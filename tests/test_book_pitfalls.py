@@ -170,3 +170,50 @@ def test_weight_on_blocked_keys_averages_over_the_chosen_queries_only() -> None:
     assert pitfalls.weight_on_blocked_keys(weights, allowed) == pytest.approx(0.25)
     assert pitfalls.weight_on_blocked_keys(weights, allowed, queries=torch.tensor([[True, False]])) == 0.5
     assert pitfalls.weight_on_blocked_keys(weights, allowed, queries=torch.tensor([[False, True]])) == 0.0
+
+
+def test_unstable_softmax_is_exact_on_small_scores_and_nan_on_realistic_ones() -> None:
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(3, 2, 5, 8, generator=generator).unbind(0)
+    assert torch.allclose(pitfalls.attention_unstable_softmax(q, k, v)[0], scaled_dot_product_attention(q, k, v)[0],
+                          atol=1e-6)
+    big_q, big_k = 30 * torch.randn(2, 3, 64, generator=generator), 30 * torch.randn(2, 5, 64, generator=generator)
+    value = torch.randn(2, 5, 4, generator=generator)
+    assert pitfalls.attention_unstable_softmax(big_q, big_k, value)[0].isnan().any()
+    assert torch.isfinite(scaled_dot_product_attention(big_q, big_k, value)[0]).all()
+    half = [3 * t.half() for t in (q, k)]
+    assert pitfalls.attention_unstable_softmax(*half, v.half())[0].isnan().any()  # exp overflows float16 at 11.1
+
+
+def test_detached_weights_give_the_output_but_no_gradient_to_queries_and_keys() -> None:
+    q, k, v = (t.requires_grad_() for t in torch.randn(3, 2, 4, 8).unbind(0))
+    out, _ = pitfalls.attention_detached_weights(q, k, v)
+    assert torch.allclose(out, scaled_dot_product_attention(q, k, v)[0], atol=1e-6)
+    out.sum().backward()
+    assert q.grad is None and k.grad is None and v.grad is not None and v.grad.abs().sum() > 0
+
+
+def test_in_place_query_division_changes_the_callers_tensor() -> None:
+    q, k, v = torch.randn(3, 2, 4, 16).unbind(0)
+    before = q.clone()
+    out, _ = pitfalls.attention_dividing_query_in_place(q, k, v)
+    assert torch.allclose(out, scaled_dot_product_attention(before, k, v)[0], atol=1e-6)  # the output is right
+    assert torch.allclose(q, before / 4)  # but the caller's query is divided by sqrt(16)
+
+
+def test_padding_mask_by_order_hides_ids_below_the_pad() -> None:
+    assert torch.equal(pitfalls.padding_mask_by_order(TOKENS, 0), padding_mask(TOKENS, 0))  # pad 0: no difference
+    fairseq = torch.tensor([[0, 5, 6, 2, 1], [0, 7, 2, 1, 1]])  # <s> = 0, <pad> = 1, </s> = 2
+    buggy, right = pitfalls.padding_mask_by_order(fairseq, 1), padding_mask(fairseq, 1)
+    assert right[:, 0, 0, 0].all() and not buggy[:, 0, 0, 0].any()  # every <s> hidden
+    assert torch.equal(buggy[..., 1:], right[..., 1:])
+
+
+def test_loss_overwriting_targets_is_exact_but_changes_the_callers_targets() -> None:
+    logits = torch.randn(2, 4, 6)
+    target = torch.tensor([[4, 2, 3, 0], [1, 5, 0, 0]])
+    kept = target.clone()
+    loss = pitfalls.loss_overwriting_targets(logits, target, 0.1, 3)  # pad id 3: overwritten with 0
+    ref = F.cross_entropy(logits.flatten(0, 1), kept.flatten(), label_smoothing=0.1, ignore_index=3)
+    assert torch.allclose(loss, ref, atol=1e-6)
+    assert not torch.equal(target, kept) and (target[kept == 3] == 0).all()

@@ -8,14 +8,16 @@ Transformer", AiEdge's code examples, uriyeobi's annotated Transformer, hkproj-s
 implementations, a blog walk-through); the docstrings say which bug was seen where.
 
     chapter 1   attention_without_scaling, attention_softmax_over_queries,
+                attention_unstable_softmax, attention_detached_weights,
+                attention_dividing_query_in_place,
                 FullWidthHeadsAttention (attention_parameter_ratio),
                 DropoutInForwardAttention (eval_mode_variation)
     chapter 2   query_side_padding_mask (self_attention_weights, weight_on_blocked_keys),
-                padding_only_target_mask,
+                padding_mask_by_order, padding_only_target_mask,
                 attention_unassigned_masked_fill, attention_flipped_mask,
                 attention_with_finite_fill (finite_fill_in_low_precision)
     chapter 4   NormalisedInputResidual (identity_path_change)
-    chapter 5   targets_without_shift (copy_accuracy),
+    chapter 5   loss_overwriting_targets, targets_without_shift (copy_accuracy),
                 batches_sorted_by_characters (padding_waste_by_sort_key)
 
 The attention functions take ``query (..., T, Dk)``, ``key (..., L, Dk)``, ``value (..., L, Dv)``
@@ -31,6 +33,7 @@ import random
 from collections.abc import Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lib.attention import MultiHeadAttention, softmax_attention
@@ -40,11 +43,15 @@ from transformer_lib.masking import padding_mask
 __all__ = [
     "attention_without_scaling",
     "attention_softmax_over_queries",
+    "attention_unstable_softmax",
+    "attention_detached_weights",
+    "attention_dividing_query_in_place",
     "FullWidthHeadsAttention",
     "attention_parameter_ratio",
     "DropoutInForwardAttention",
     "eval_mode_variation",
     "query_side_padding_mask",
+    "padding_mask_by_order",
     "padding_only_target_mask",
     "attention_unassigned_masked_fill",
     "attention_flipped_mask",
@@ -54,6 +61,7 @@ __all__ = [
     "finite_fill_in_low_precision",
     "NormalisedInputResidual",
     "identity_path_change",
+    "loss_overwriting_targets",
     "targets_without_shift",
     "copy_accuracy",
     "batches_sorted_by_characters",
@@ -86,7 +94,84 @@ def attention_softmax_over_queries(query: Tensor, key: Tensor, value: Tensor, ma
     return attn_weights @ value, attn_weights
 
 
-class FullWidthHeadsAttention(MultiHeadAttention):
+def attention_unstable_softmax(query: Tensor, key: Tensor, value: Tensor,
+                               mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """A softmax written out as ``exp(s) / sum(exp(s))``, without subtracting the row's maximum first.
+
+    Right on small scores, so every comparison on small inputs passes. At scores of realistic size
+    (entries of scale 30 with ``d_k = 64`` give scores near ±900) ``exp`` overflows to ``inf``
+    (beyond 88.7 in float32, already beyond 11.1 in float16), and ``inf / inf`` is NaN.
+    ``torch.softmax`` subtracts the maximum, which leaves the softmax unchanged.
+    """
+    scores = _scores(query, key)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    exp = scores.exp()  # BUG: inf for scores above 88.7 (float32), 11.1 (float16)
+    attn_weights = exp / exp.sum(dim=-1, keepdim=True)
+    return attn_weights @ value, attn_weights
+
+
+def attention_detached_weights(query: Tensor, key: Tensor, value: Tensor,
+                               mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Attention whose weights are ``.detach()``-ed (to save memory, or to plot them).
+
+    The output is exact; but no gradient reaches the queries and keys, so the projections that make
+    them never learn: the model cannot learn where to look. Only a gradient check sees it.
+    """
+    scores = _scores(query, key)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    attn_weights = torch.softmax(scores, dim=-1).detach()  # BUG: cut off from the graph
+    return attn_weights @ value, attn_weights
+
+
+def attention_dividing_query_in_place(query: Tensor, key: Tensor, value: Tensor,
+                                      mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Attention that scales the query in place (``query /= math.sqrt(d_k)``).
+
+    Its output is exact; but the caller's query is divided too, so a caller that uses it again (a
+    second call, the residual connection) gets a query √d_k times smaller each time.
+    """
+    query /= math.sqrt(query.size(-1))  # BUG: changes the caller's tensor
+    scores = query @ key.transpose(-2, -1)  # (..., T, L)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    attn_weights = torch.softmax(scores, dim=-1)
+    return attn_weights @ value, attn_weights
+
+
+class _HeadsWrittenOut(nn.Module):
+    """Multi-head attention as an answer to chapter 1's exercise writes it: four projections, heads of
+    width ``d_k``, every head at once. The two layers below each get one step wrong."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, d_k: int | None = None) -> None:
+        super().__init__()
+        self.n_heads, self.dropout = n_heads, dropout
+        self.d_k = d_model // n_heads if d_k is None else d_k
+        width = n_heads * self.d_k
+        self.q_proj, self.k_proj = nn.Linear(d_model, width), nn.Linear(d_model, width)
+        self.v_proj = nn.Linear(d_model, width)
+        self.out_proj = nn.Linear(width, d_model)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        B, T, _ = query.shape
+
+        def heads(x: Tensor) -> Tensor:
+            return x.view(B, x.size(1), self.n_heads, self.d_k).transpose(1, 2)  # (B, H, L, Dk)
+
+        out, attn_weights = self.attend(heads(self.q_proj(query)), heads(self.k_proj(key)), heads(self.v_proj(value)),
+                                        mask)  # (B, H, T, Dk)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, -1)), attn_weights  # (B, T, D)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        scores = _scores(q, k)  # (B, H, T, L)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        attn_weights = F.dropout(torch.softmax(scores, dim=-1), self.dropout, training=self.training)
+        return attn_weights @ v, attn_weights
+
+
+class FullWidthHeadsAttention(_HeadsWrittenOut):
     """Multi-head attention whose every head projects to the full width ``D`` instead of ``D / H``.
 
     Issue 29 found this in one of the tutorials the book was written from: ``H`` heads of width
@@ -108,7 +193,7 @@ def attention_parameter_ratio(d_model: int = 512, n_heads: int = 8) -> float:
     return sum(p.numel() for p in wide.parameters()) / sum(p.numel() for p in right.parameters())
 
 
-class DropoutInForwardAttention(MultiHeadAttention):
+class DropoutInForwardAttention(_HeadsWrittenOut):
     """Multi-head attention that builds its dropout inside the forward pass.
 
     uriyeobi's annotated Transformer writes its attention function this way: the weights go
@@ -121,12 +206,12 @@ class DropoutInForwardAttention(MultiHeadAttention):
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.1) -> None:
         super().__init__(d_model, n_heads, dropout)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         scores = _scores(q, k)  # (B, H, T, L)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         attn_weights = nn.Dropout(self.dropout)(torch.softmax(scores, dim=-1))  # BUG: a new, training-mode module
-        return attn_weights @ v, attn_weights  # (B, H, T, Dv)
+        return attn_weights @ v, attn_weights  # (B, H, T, Dk)
 
 
 def eval_mode_variation(module: nn.Module, x: Tensor, calls: int = 10) -> float:
@@ -151,6 +236,16 @@ def query_side_padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     :func:`weight_on_blocked_keys`); no error, no NaN.
     """
     return (tokens != pad_id)[:, None, :, None]  # (B, 1, L, 1)  BUG: per query, not per key
+
+
+def padding_mask_by_order(tokens: Tensor, pad_id: int) -> Tensor:
+    """A padding mask written ``tokens > pad_id``: right while the pad has the smallest id.
+
+    With ``<pad> = 0`` (this book's vocabularies) it equals ``tokens != pad_id``. In fairseq's order
+    (``<s> = 0, <pad> = 1, </s> = 2, <unk> = 3``) it also hides every ``<s>``, and with a pad id
+    after the words (``pad_id = len(vocab)``, as some tokenizers add it) it hides every token.
+    """
+    return (tokens > pad_id)[:, None, None, :]  # BUG: compares by order, not equality (B, 1, 1, L)
 
 
 def padding_only_target_mask(tgt: Tensor, pad_id: int) -> Tensor:
@@ -306,6 +401,21 @@ def identity_path_change(residual: nn.Module, x: Tensor) -> float:
 
 
 # --- Chapter 5: training --------------------------------------------------------------------------
+
+
+def loss_overwriting_targets(logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int) -> Tensor:
+    """A label-smoothed loss that overwrites the pads of the caller's targets in place.
+
+    ``target[target == ignore_index] = 0`` makes every target a valid index for ``one_hot`` or
+    ``gather``; the loss is exact, but the caller's batch now has token 0 where its pads were, so an
+    accuracy or a second loss computed from it afterwards counts the pads as tokens.
+    """
+    keep = target != ignore_index
+    target[~keep] = 0  # BUG: writes into the caller's tensor
+    log_p = logits.log_softmax(dim=-1)  # (B, T, V)
+    nll = -log_p.gather(-1, target[..., None]).squeeze(-1)  # (B, T)
+    loss = (1 - label_smoothing) * nll - label_smoothing * log_p.mean(dim=-1)
+    return loss[keep].mean()
 
 
 def targets_without_shift(tgt: Tensor) -> tuple[Tensor, Tensor]:

@@ -7,6 +7,7 @@ The reader's module has the interface of :class:`transformer_lib.blocks.Residual
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -19,13 +20,14 @@ from transformer_lib.blocks import Residual
 from transformer_lib.properties import assert_deterministic
 
 from .report import (
-    Case, GradeReport, Grading, KnownBug, Problem, call, expect_cases_close, expect_close, expect_shape, fmt_inputs,
-    inputs, property_check,
+    Case, GradeReport, Grading, KnownBug, Problem, Refused, call, expect_cases_close, expect_close, expect_gradients,
+    expect_shape, fmt_inputs, inputs, property_check,
 )
 
 __all__ = ["grade_pre_ln_residual", "grade_post_ln_residual"]
 
 D = 8  # the width every check uses
+REFUSED_RESIDUAL = (Refused("the library's Residual", (Residual.__init__,)),)
 
 
 def _residual_bugs(x: Tensor, f: Callable[[Tensor], Tensor], norm: nn.Module, norm_first: bool) -> list[KnownBug]:
@@ -84,7 +86,7 @@ def _setting(module_class: Callable[..., nn.Module], norm_first: bool) -> _Setti
     sublayers: dict[str, Callable[[Tensor], Tensor]] = {
         "f(h) = 0": torch.zeros_like,
         "f(h) = h Wᵀ": lambda h: h @ W.T,
-        "f(h) = tanh(h Wᵀ)": lambda h: torch.tanh(h @ W.T),
+        "f(h) = tanh(h Wᵀ)": lambda h: torch.tanh(h @ W.to(h.dtype).T),
     }
     return _Setting(module_class, norm_first, getattr(module_class, "__name__", "your module"), x, W, sublayers)
 
@@ -98,10 +100,13 @@ def _build(setting: _Setting, *args: Any) -> nn.Module:
     return module.eval()
 
 
-def _run(setting: _Setting, module: nn.Module, f_name: str, x: Tensor | None = None) -> Tensor:
+def _run(setting: _Setting, module: nn.Module, f_name: str, x: Tensor | None = None, *, grad: bool = False,
+         sublayer: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     x = setting.x if x is None else x
     example = _example(x, setting.W, f_name)
-    out = call(module, x, setting.sublayers[f_name], what=f"{setting.name}.forward(x, sublayer)", example=example)
+    sublayer = setting.sublayers[f_name] if sublayer is None else sublayer
+    out = call(module, x, sublayer, what=f"{setting.name}.forward(x, sublayer)", example=example, grad=grad,
+               names=("x", "sublayer"))
     if not isinstance(out, Tensor):
         raise Problem("returns_tensor", f"forward returned {type(out).__name__}, not a tensor", example=example)
     return out
@@ -166,6 +171,17 @@ def _dropout_checks(setting: _Setting) -> None:
         raise Problem("dropout_not_applied", "with dropout = 0.5, training mode gives the same output as eval()",
                       example=example, hint="apply self.dropout (an nn.Dropout(dropout) made in __init__) to "
                                             "the sublayer's output")
+    # f = 1 (whatever its input): dropout on f's output changes the output; dropout on its input cannot
+    module.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        constant = _run(setting, module, "f(h) = 1", sublayer=torch.ones_like)
+    module.eval()
+    if bool(torch.allclose(constant, _run(setting, module, "f(h) = 1", sublayer=torch.ones_like))):
+        raise Problem("dropout_on_input", "with a sublayer whose output does not depend on its input (f(h) = 1), "
+                      "training mode gives eval()'s output: the dropout acts on the sublayer's input, not on its "
+                      "output", example=fmt_inputs(x=x) + "\nsublayer: f(h) = 1, dropout = 0.5, training mode",
+                      hint=f"the paper drops the sublayer's output: {setting.formula}")
     # f = 0: dropping parts of f's output changes nothing, so training must give eval()'s output
     expect_close(zero.detach(), _run(setting, module, "f(h) = 0").detach(), check="dropout_placement",
                  example=fmt_inputs(x=x) + "\nsublayer: f(h) = 0, dropout = 0.5, training mode",
@@ -174,25 +190,62 @@ def _dropout_checks(setting: _Setting) -> None:
                  hint=f"{setting.kind}: {setting.formula}, dropout around f's output only")
 
 
-def _grade_residual(module_class: Callable[..., nn.Module], norm_first: bool) -> GradeReport:
+def _large_inputs(setting: _Setting, state: dict[str, Any], matched: bool) -> None:
+    x = 1000.0 + 100.0 * torch.randn(2, 3, D, generator=torch.Generator().manual_seed(43))
+    example = (
+        f"x (2, 3, {D}): random, mean 1000 and scale 100 (activations late in a deep Pre-LN stack reach that)\n"
+        "sublayer: f(h) = tanh(h Wᵀ)")
+    f = setting.sublayers["f(h) = tanh(h Wᵀ)"]
+    got = call(state["module"], x, f, what=f"{setting.name}.forward(x, sublayer)", example=example,
+               names=("x", "sublayer"))
+    if not isinstance(got, Tensor) or not bool(torch.isfinite(got).all()):
+        raise Problem("large_inputs", "on inputs of scale 1000 the output is not finite", example=example,
+                      hint="use nn.LayerNorm (it subtracts the mean before squaring)")
+    if matched:
+        with torch.no_grad():
+            expected = copy.deepcopy(state["reference"]).double()(x.double(), f)
+        # float32 holds 1000 to about 6e-5; LayerNorm of values spread by 100 loses no more than that
+        expect_close(got.detach(), expected, check="large_inputs", example=example, rtol=0.0, atol=1e-3,
+                     message="on inputs of scale 1000 the output differs from the float64 answer by more than "
+                             "float32 rounding", hint="use nn.LayerNorm on the block's input as it is")
+
+
+def _gradients(setting: _Setting, state: dict[str, Any], matched: bool) -> None:
+    f_name = "f(h) = tanh(h Wᵀ)"
+    f = setting.sublayers[f_name]
+    reference = copy.deepcopy(state["reference"]).double()
+    expect_gradients(lambda t: _run(setting, state["module"], f_name, t["x"], grad=True),
+                     lambda t: reference(t["x"], f),
+                     {"x": setting.x}, example=_example(setting.x, setting.W, f_name), compare=matched)
+
+
+def _grade_residual(module_class: Callable[..., nn.Module], norm_first: bool, from_scratch: bool) -> GradeReport:
     setting = _setting(module_class, norm_first)
-    grading = Grading(f"{setting.kind} residual connection")
+    grading = Grading(f"{setting.kind} residual connection", refused=REFUSED_RESIDUAL, from_scratch=from_scratch)
     state: dict[str, Any] = {}
     with grading:
         grading.check(f"builds with d_model = {D} and maps (B, T, D) to (B, T, D)",
                       partial(_builds_and_runs, setting, state), gate=True)
-        if grading.check("holds one nn.LayerNorm(d_model)", partial(_one_layer_norm, setting, state)):
-            grading.check(f"equals transformer_lib.blocks.Residual(norm_first={norm_first}): {setting.formula}, "
-                          "for f = 0 " + ("(the identity path: x itself)" if norm_first else "(LN(x))")
-                          + ", a linear and a nonlinear f", partial(_matches_reference, setting, state))
+        normed = grading.check("holds one nn.LayerNorm(d_model)", partial(_one_layer_norm, setting, state))
+        matched = False
+        if normed:
+            matched = grading.check(f"equals transformer_lib.blocks.Residual(norm_first={norm_first}): "
+                                    f"{setting.formula}, for f = 0 " + ("(the identity path: x itself)" if norm_first
+                                                                         else "(LN(x))")
+                                    + ", a linear and a nonlinear f", partial(_matches_reference, setting, state))
         else:
             grading.skip("the comparison with transformer_lib.blocks.Residual, which copies the LayerNorm")
         grading.check("dropout: on in training, on the sublayer's output only; off in eval()",
                       partial(_dropout_checks, setting))
+        if normed:
+            grading.check("stays finite and exact on inputs of scale 1000", partial(_large_inputs, setting, state,
+                                                                                    matched))
+            grading.check("gradients reach x and equal transformer_lib.blocks.Residual's",
+                          partial(_gradients, setting, state, matched))
     return grading.report
 
 
-def grade_pre_ln_residual(module_class: Callable[..., nn.Module]) -> GradeReport:
+def grade_pre_ln_residual(module_class: Callable[..., nn.Module], *, from_scratch: bool = True) -> GradeReport:
     """Grade the reader's Pre-LN residual connection: ``x + dropout(sublayer(LayerNorm(x)))``.
 
     ``module_class(d_model, dropout=0.0)`` must hold one ``nn.LayerNorm(d_model)``, and
@@ -200,16 +253,19 @@ def grade_pre_ln_residual(module_class: Callable[..., nn.Module]) -> GradeReport
     :class:`transformer_lib.blocks.Residual` with ``norm_first=True`` (the same LayerNorm
     parameters) for a zero, a linear and a nonlinear sublayer: with ``f = 0`` the block must return
     ``x`` itself, the identity path Pre-LN exists for. Then dropout: random in training, on the
-    sublayer's output only, off in ``eval()`` (no ``nn.Dropout`` built in ``forward``).
+    sublayer's output only, off in ``eval()`` (no ``nn.Dropout`` built in ``forward``). Then by
+    class: inputs of scale 1000, gradients (the library's), ``x`` left unchanged (no ``x +=``); and,
+    from scratch (the default), no use of the library's ``Residual``.
 
     Example:
-        >>> grade_pre_ln_residual(lambda d_model, dropout=0.0: Residual(d_model, dropout, norm_first=True)).passed
+        >>> grade_pre_ln_residual(lambda d_model, dropout=0.0: Residual(d_model, dropout, norm_first=True),
+        ...                       from_scratch=False).passed
         True
     """
-    return _grade_residual(module_class, norm_first=True)
+    return _grade_residual(module_class, norm_first=True, from_scratch=from_scratch)
 
 
-def grade_post_ln_residual(module_class: Callable[..., nn.Module]) -> GradeReport:
+def grade_post_ln_residual(module_class: Callable[..., nn.Module], *, from_scratch: bool = True) -> GradeReport:
     """Grade the reader's Post-LN residual connection (the paper's): ``LayerNorm(x + dropout(sublayer(x)))``.
 
     The interface and checks of :func:`grade_pre_ln_residual`, against
@@ -217,7 +273,7 @@ def grade_post_ln_residual(module_class: Callable[..., nn.Module]) -> GradeRepor
     returns ``LayerNorm(x)``.
 
     Example:
-        >>> grade_post_ln_residual(lambda d_model, dropout=0.0: Residual(d_model, dropout)).passed
+        >>> grade_post_ln_residual(lambda d_model, dropout=0.0: Residual(d_model, dropout), from_scratch=False).passed
         True
     """
-    return _grade_residual(module_class, norm_first=False)
+    return _grade_residual(module_class, norm_first=False, from_scratch=from_scratch)

@@ -16,16 +16,23 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from transformer_lib.beam_search import beam_search
 from transformer_lib.config import TransformerConfig
-from transformer_lib.decoding import greedy_decode
+from transformer_lib.decoding import decoding_step, generation_loop, greedy_decode
 from transformer_lib.masking import padding_mask
 from transformer_lib.model import Transformer
 
-from .report import Case, GradeReport, Grading, KnownBug, Problem, call, expect_cases_close, fmt_inputs
+from .report import Case, GradeReport, Grading, KnownBug, Problem, Refused, call, expect_cases_close, fmt_inputs
 
 __all__ = ["grade_greedy_decode"]
 
 PAD, BOS = 0, 1
+FAIRSEQ_PAD, FAIRSEQ_BOS = 1, 0  # fairseq's order: <s> = 0, <pad> = 1 (the special ids elsewhere)
+REFUSED_DECODING = (
+    Refused("the library's greedy_decode", (greedy_decode, generation_loop, decoding_step)),
+    Refused("the library's beam_search", (beam_search,)),
+)
+ARGUMENTS = ("model", "src", "src_mask", "max_new_tokens", "bos_id", "eos_id", "pad_id")
 MAX_NEW_TOKENS = 6
 SOURCE = [[4, 5, 6, 7], [8, 4, 5, 0], [6, 6, 0, 0]]
 
@@ -53,26 +60,32 @@ class _RecordingTransformer(Transformer):
 
 
 @functools.cache
-def _scenario() -> tuple[int, int, Tensor, Tensor]:
+def _scenario(pad: int = PAD, bos: int = BOS) -> tuple[int, int, Tensor, Tensor]:
     """A seed for a small untrained model and an ``<eos>`` id, chosen so that the batch's greedy
     outputs end at different steps (one row ends early, one runs to ``MAX_NEW_TOKENS``); with greedy
     decoding's outputs with that ``<eos>`` and without any, both ``(B, MAX_NEW_TOKENS)``."""
-    src = torch.tensor(SOURCE)
-    src_mask = padding_mask(src, PAD)
+    src = _source(pad)
+    src_mask = padding_mask(src, pad)
     for seed in range(200):
         model = _model(seed)
-        free = greedy_decode(model, src, src_mask, max_new_tokens=MAX_NEW_TOKENS, bos_id=BOS, eos_id=None,
-                             pad_id=PAD, use_cache=False)  # (B, MAX_NEW_TOKENS), no end token
-        if bool((free <= BOS).any()):
+        free = greedy_decode(model, src, src_mask, max_new_tokens=MAX_NEW_TOKENS, bos_id=bos, eos_id=None,
+                             pad_id=pad, use_cache=False)  # (B, MAX_NEW_TOKENS), no end token
+        if bool((free <= max(pad, bos)).any()):
             continue  # no generated pad or <bos>: the printed outputs stay readable
-        for eos in range(BOS + 1, model.config.tgt_vocab_size):
+        for eos in range(max(pad, bos) + 1, model.config.tgt_vocab_size):
             ends = [(row == eos).nonzero() for row in free]
             first = [int(e[0]) if len(e) else None for e in ends]
             if None in first and any(f is not None and 1 <= f <= MAX_NEW_TOKENS - 3 for f in first):
-                ref = greedy_decode(model, src, src_mask, max_new_tokens=MAX_NEW_TOKENS, bos_id=BOS, eos_id=eos,
-                                    pad_id=PAD, use_cache=False)
+                ref = greedy_decode(model, src, src_mask, max_new_tokens=MAX_NEW_TOKENS, bos_id=bos, eos_id=eos,
+                                    pad_id=pad, use_cache=False)
                 return seed, eos, ref, free
     raise RuntimeError("no seed gave a batch whose outputs end at different steps")  # never on a working install
+
+
+def _source(pad: int) -> Tensor:
+    """The source batch with its pads (0 in ``SOURCE``) written as ``pad``."""
+    src = torch.tensor(SOURCE)
+    return src.masked_fill(src == 0, pad) if pad != 0 else src
 
 
 def _model(seed: int) -> _RecordingTransformer:
@@ -83,19 +96,23 @@ def _model(seed: int) -> _RecordingTransformer:
         return _RecordingTransformer(config).eval()
 
 
-def _decoding_bugs(ref: Tensor, free: Tensor, eos: int) -> list[KnownBug]:
+def _decoding_bugs(ref: Tensor, free: Tensor, eos: int, pad: int = PAD, bos: int = BOS) -> list[KnownBug]:
     ended = (ref == eos).any(dim=1)
     first_end = int(min(int((row == eos).nonzero()[0]) for row, e in zip(ref, ended) if e))
+    after_end = (ref == eos).int().cumsum(dim=1).bool() & (ref != eos)  # the positions padded after <eos>
     return [
         KnownBug("output_includes_bos", "the output starts with <bos>", "return tokens[:, 1:]: the generated "
-                 "tokens only", lambda: torch.cat([torch.full_like(ref[:, :1], BOS), ref], dim=1)),
+                 "tokens only", lambda: torch.cat([torch.full_like(ref[:, :1], bos), ref], dim=1)),
+        KnownBug("pad_id_ignored", "the rows are padded with 0 after their <eos>, not with pad_id",
+                 "pad finished rows with the pad_id argument: special ids can sit anywhere in a vocabulary",
+                 lambda: ref.masked_fill(after_end, 0) if pad != 0 else None),
         KnownBug("no_padding_after_eos", "a row keeps producing tokens after its <eos>",
                  "keep a boolean `finished` per row; once a row has its <eos>, append pad_id to it",
                  lambda: free[:, : ref.size(1)]),
         KnownBug("stops_at_first_eos", "decoding stops when the first row ends, cutting the others short",
                  "stop only when every row has its <eos> (finished.all())", lambda: ref[:, : first_end + 1]),
         KnownBug("eos_dropped", "the <eos> tokens are missing", "append the <eos> itself, then pad_id after it",
-                 lambda: ref.masked_fill(ref == eos, PAD)),
+                 lambda: ref.masked_fill(ref == eos, pad)),
     ]
 
 
@@ -110,23 +127,26 @@ class _Setting:
     ref: Tensor
     free: Tensor
     example: str
+    pad: int = PAD
+    bos: int = BOS
 
 
-def _setting() -> _Setting:
-    seed, eos, ref, free = _scenario()
-    src = torch.tensor(SOURCE)
-    example = (fmt_inputs(src=src) + f"\nsrc_mask = padding_mask(src, {PAD}), max_new_tokens = {MAX_NEW_TOKENS}\n"
-               f"bos_id = {BOS}, eos_id = {eos}, pad_id = {PAD}\n"
+def _setting(pad: int = PAD, bos: int = BOS) -> _Setting:
+    seed, eos, ref, free = _scenario(pad, bos)
+    src = _source(pad)
+    order = "" if (pad, bos) == (PAD, BOS) else " (fairseq's order: <s> = 0, <pad> = 1)"
+    example = (fmt_inputs(src=src) + f"\nsrc_mask = padding_mask(src, {pad}), max_new_tokens = {MAX_NEW_TOKENS}\n"
+               f"bos_id = {bos}, eos_id = {eos}, pad_id = {pad}{order}\n"
                "model: an untrained Transformer (d_model 16, 2 decoder layers, 9 tokens)")
-    return _Setting(_model(seed), src, padding_mask(src, PAD), eos, ref, free, example)
+    return _Setting(_model(seed), src, padding_mask(src, pad), eos, ref, free, example, pad, bos)
 
 
 def _runs(fn: Callable[..., Any], setting: _Setting, state: dict[str, Tensor]) -> None:
     model, src, example = setting.model, setting.src, setting.example
     model.calls.clear()
     try:
-        out = call(fn, model, src.clone(), setting.src_mask.clone(), MAX_NEW_TOKENS, BOS, setting.eos, PAD,
-                   what="your decoding", example=example)
+        out = call(fn, model, src.clone(), setting.src_mask.clone(), MAX_NEW_TOKENS, setting.bos, setting.eos,
+                   setting.pad, what="your decoding", example=example, names=ARGUMENTS)
     except Problem as problem:
         fed = [n for kind, n, _, cached in model.calls if kind == "decode" and cached]
         if problem.failure.check == "raises" and any(n > 1 for n in fed[1:]):
@@ -164,17 +184,25 @@ def _uses_the_cache(setting: _Setting) -> None:
                       "the cache already holds the old ones, which are now appended twice", example=example,
                       hint="with a cache, feed only the newest token: tokens[:, -1:]")
     starts = [start for _, start, _ in steps]
-    if starts != list(range(len(steps))):
-        raise Problem("positions_restart_at_zero" if not any(starts) else "positions_wrong",
-                      f"the new tokens were placed at positions {starts}, not {list(range(len(steps)))}: "
-                      "each step looks like the first to the positional encoding", example=example,
-                      hint="pass start=cache.length to model.decode (next_token_logits does it for you); "
-                           "chapter 6's pitfall 'new tokens at position 0'")
+    right = list(range(len(steps)))
+    if starts != right:
+        if not any(starts):
+            raise Problem("positions_restart_at_zero", f"the new tokens were placed at positions {starts}, not "
+                          f"{right}: each step looks like the first to the positional encoding", example=example,
+                          hint="pass start=cache.length to model.decode (next_token_logits does it for you); "
+                               "chapter 6's pitfall 'new tokens at position 0'")
+        shift = {s - r for s, r in zip(starts, right)}
+        says = (f"every token sits {shift.pop():+d} from its own position (<bos> is at 0, the token of step t at t)"
+                if len(shift) == 1 else "the positions do not count up one per step from 0")
+        raise Problem("positions_wrong", f"the new tokens were placed at positions {starts}, not {right}: {says}",
+                      example=example, hint="the position of the token fed at a step is the number of tokens the "
+                      "cache holds before it: start=cache.length (next_token_logits passes it for you)")
 
 
 def _matches_reference(setting: _Setting, state: dict[str, Tensor]) -> None:
     def compared() -> Case:
-        return state["out"], setting.ref, setting.example, _decoding_bugs(setting.ref, setting.free, setting.eos)
+        return state["out"], setting.ref, setting.example, _decoding_bugs(setting.ref, setting.free, setting.eos,
+                                                                          setting.pad, setting.bos)
 
     expect_cases_close([compared], check="matches_reference",
                        message="the tokens differ from greedy_decode's (which recomputes the prefix)",
@@ -188,7 +216,13 @@ def _model_restored(setting: _Setting) -> None:
                       hint="use the cache as a context manager: with kv_cache(model) as cache:")
 
 
-def grade_greedy_decode(fn: Callable[..., Any]) -> GradeReport:
+def _special_ids(fn: Callable[..., Any]) -> None:
+    setting, state = _setting(FAIRSEQ_PAD, FAIRSEQ_BOS), {}
+    _runs(fn, setting, state)
+    _matches_reference(setting, state)
+
+
+def grade_greedy_decode(fn: Callable[..., Any], *, from_scratch: bool = True) -> GradeReport:
     """Grade the reader's greedy decoding with a key/value cache.
 
     ``fn(model, src, src_mask, max_new_tokens, bos_id, eos_id, pad_id)`` must return the generated tokens
@@ -196,14 +230,18 @@ def grade_greedy_decode(fn: Callable[..., Any]) -> GradeReport:
     ``<bos>``, each row ending with its ``<eos>`` and padded with ``pad_id`` after it, stopping when
     every row has ended. It must run the encoder once, and decode inside
     ``transformer_lib.kv_cache.kv_cache(model)`` feeding only the newest token at each step, at its
-    own position (``start = cache.length``, which ``next_token_logits`` does for you).
+    own position (``start = cache.length``, which ``next_token_logits`` does for you). It is run
+    again with the special ids in fairseq's order (``<s> = 0``, ``<pad> = 1``), and must leave its
+    arguments unchanged; from scratch (the default) it may use ``next_token_logits`` and the cache,
+    not ``greedy_decode`` or ``beam_search``.
 
     Example:
         >>> grade_greedy_decode(lambda model, src, src_mask, max_new_tokens, bos_id, eos_id, pad_id: greedy_decode(
-        ...     model, src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)).passed
+        ...     model, src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id),
+        ...     from_scratch=False).passed
         True
     """
-    grading = Grading("Greedy decoding with a key/value cache")
+    grading = Grading("Greedy decoding with a key/value cache", refused=REFUSED_DECODING, from_scratch=from_scratch)
     setting = _setting()
     state: dict[str, Tensor] = {}
     with grading:
@@ -214,4 +252,6 @@ def grade_greedy_decode(fn: Callable[..., Any]) -> GradeReport:
         grading.check("equals greedy_decode: no <bos>, pads after each row's <eos>, stops when every row has "
                       "ended", functools.partial(_matches_reference, setting, state))
         grading.check("gives the model back without the cache", functools.partial(_model_restored, setting))
+        grading.check("equals greedy_decode with the special ids elsewhere (fairseq's order: <s> = 0, <pad> = 1)",
+                      functools.partial(_special_ids, fn))
     return grading.report

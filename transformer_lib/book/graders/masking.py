@@ -15,34 +15,48 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from torch import nn
+
+from transformer_lib import masking as library
 from transformer_lib.attention import scaled_dot_product_attention
 from transformer_lib.masking import causal_mask, padding_mask, target_mask
 from transformer_lib.properties import assert_causal, assert_padding_invariant
 from transformer_lib.validation import check_mask
 
 from .. import pitfalls
+from .attention import (
+    HALF_ATOL, LARGE_ATOL, QKV, REFUSED_ATTENTION, WEIGHTS_DETACHED, _unstable_attention, expect_stable, half_inputs,
+    large_inputs,
+)
 from .report import (
-    Case, GradeReport, Grading, KnownBug, Problem, as_output, call, expect_cases_close, expect_close, expect_finite,
-    expect_shape, fmt_inputs, inputs, property_check,
+    Case, GradeReport, Grading, KnownBug, Problem, Refused, as_output, call, close, expect_cases_close, expect_close,
+    expect_finite, expect_gradients, expect_shape, fmt_inputs, inputs, property_check,
 )
 
 __all__ = ["grade_padding_mask", "grade_causal_mask", "grade_target_mask", "grade_masked_attention"]
 
-# (token ids, pad_id), smallest first. B = L = 3 shows a (B, L) mask that broadcasts silently; the
-# last has a pad id that is not 0.
+FAIRSEQ = "fairseq's vocabulary order: <s> = 0, <pad> = 1, </s> = 2, <unk> = 3"
+# (token ids, pad_id, a note), smallest first. B = L = 3 shows a (B, L) mask that broadcasts silently;
+# then a pad id that is not 0, and one with an id below it (<s> in fairseq's order).
 PADDING_CASES = [
-    ([[4, 0]], 0),
-    ([[5, 7, 0], [3, 0, 0]], 0),
-    ([[5, 7, 0], [3, 0, 0], [4, 6, 8]], 0),
-    ([[5, 7, 1, 1], [3, 4, 6, 1]], 1),
+    ([[4, 0]], 0, ""),
+    ([[5, 7, 0], [3, 0, 0]], 0, ""),
+    ([[5, 7, 0], [3, 0, 0], [4, 6, 8]], 0, ""),
+    ([[5, 7, 1, 1], [3, 4, 6, 1]], 1, ""),
+    ([[0, 5, 6, 2, 1], [0, 7, 2, 1, 1]], 1, FAIRSEQ),
 ]
-# Decoder inputs (<bos> = 2, <eos> = 3), right-padded, then a pad id that is not 0, then left-padded.
+# Decoder inputs (<bos> = 2, <eos> = 3), right-padded, then a pad id that is not 0, fairseq's order
+# (<s> = 0 below <pad> = 1), then left-padded.
 TARGET_CASES = [
-    ([[2, 5, 0]], 0),
-    ([[2, 5, 6, 3], [2, 7, 3, 0]], 0),
-    ([[2, 5, 6, 3, 1], [2, 7, 3, 1, 1]], 1),
-    ([[0, 0, 2, 5], [2, 5, 6, 3]], 0),
+    ([[2, 5, 0]], 0, ""),
+    ([[2, 5, 6, 3], [2, 7, 3, 0]], 0, ""),
+    ([[2, 5, 6, 3, 1], [2, 7, 3, 1, 1]], 1, ""),
+    ([[0, 5, 6, 2, 1], [0, 7, 2, 1, 1]], 1, FAIRSEQ),
+    ([[0, 0, 2, 5], [2, 5, 6, 3]], 0, ""),
 ]
+BY_ORDER_MESSAGE = ("the mask compares ids by order (tokens > pad_id), not by equality: it also hides every "
+                    "token whose id is below pad_id, here <s> = 0 in fairseq's order (<s>, <pad>, </s>, <unk>)")
+BY_ORDER_HINT = "compare for equality, tokens != pad_id: a special id can sit anywhere in a vocabulary"
 BOOLEAN_HINT = ("the book's masks are boolean, True = may attend; from 0/1 integers use mask.bool(), "
                 "from nn.Transformer's float mask (0 and -inf) use mask == 0")
 
@@ -55,7 +69,7 @@ def _grid(mask: Tensor, B: int, T: int, L: int) -> Tensor:
 def _checked_mask(fn: Callable[..., Any], args: tuple[Any, ...], what: str, scores: tuple[int, ...], example: str) -> Tensor:
     """Call the reader's mask function; raise :class:`Problem` unless it returns a boolean tensor that
     broadcasts to ``scores`` ``(B, H, T, L)`` without enlarging it."""
-    mask = call(fn, *args, what=what, example=example)
+    mask = call(fn, *args, what=what, example=example, names=("tokens", "pad_id"))
     if not isinstance(mask, Tensor):
         raise Problem("returns_tensor", f"{what} returned {type(mask).__name__}, not a tensor", example=example,
                       hint="return a boolean torch.Tensor")
@@ -81,17 +95,17 @@ class _TokenMaskCases:
     """A mask built from token ids, graded case by case against the library's: the cases, the
     reader's mask for each (checked for dtype and shape), and the comparison as attention sees it."""
 
-    def __init__(self, fn: Callable[[Tensor, int], Tensor], cases: list[tuple[list[list[int]], int]], what: str,
+    def __init__(self, fn: Callable[[Tensor, int], Tensor], cases: list[tuple[list[list[int]], int, str]], what: str,
                  reference: Callable[[Tensor, int], Tensor],
                  bugs: Callable[[Tensor, int, Callable[[Tensor], Tensor]], list[KnownBug]]) -> None:
         self.fn, self.cases, self.what, self.reference, self.bugs = fn, cases, what, reference, bugs
 
     def case(self, index: int) -> tuple[Tensor, int, Tensor, str]:
         """``(tokens (B, L), pad_id, the reader's mask, the input printed)``."""
-        tokens, pad = self.cases[index]
+        tokens, pad, note = self.cases[index]
         tokens = torch.tensor(tokens)
         B, L = tokens.shape
-        example = fmt_inputs(tokens=tokens, pad_id=pad)
+        example = fmt_inputs(tokens=tokens, pad_id=pad) + (f"\n({note})" if note else "")
         return tokens, pad, _checked_mask(self.fn, (tokens, pad), self.what, (B, 2, L, L), example), example
 
     def dtype_and_shape(self) -> None:
@@ -128,22 +142,33 @@ def _padding_bugs(tokens: Tensor, pad: int, grid: Callable[[Tensor], Tensor]) ->
         KnownBug("mask_shape", "a (B, L) mask broadcasts against (B, H, L, L) scores by lining B up with the "
                  "queries: sentence i's padding is applied to query i of every sentence",
                  "add the head and query dimensions: (B, 1, 1, L)", lambda: grid(tokens != pad)),
+        KnownBug("pad_compared_by_order", BY_ORDER_MESSAGE, BY_ORDER_HINT,
+                 lambda: grid(pitfalls.padding_mask_by_order(tokens, pad))),
     ]
 
 
-def grade_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
+REFUSED_PADDING = (Refused("the library's padding_mask", (library.padding_mask,)),)
+REFUSED_CAUSAL = (Refused("the library's causal_mask", (library.causal_mask,)),
+                  Refused("nn.Transformer.generate_square_subsequent_mask",
+                          (nn.Transformer.generate_square_subsequent_mask,)))
+REFUSED_TARGET = (Refused("the library's target_mask", (library.target_mask,)),)
+
+
+def grade_padding_mask(fn: Callable[[Tensor, int], Tensor], *, from_scratch: bool = True) -> GradeReport:
     """Grade the reader's padding mask.
 
     ``fn(tokens, pad_id)`` with ``tokens`` ``(B, L)`` must return a boolean mask that broadcasts to
     the scores ``(B, H, L, L)``, ``True`` where the *key* is a real token: ``(B, 1, 1, L)``. Checked:
-    dtype and shape, equality with :func:`transformer_lib.masking.padding_mask` as attention sees it,
-    and the padding-invariance check of :mod:`transformer_lib.properties` through the library's attention.
+    dtype and shape, equality with :func:`transformer_lib.masking.padding_mask` as attention sees it
+    (pad ids 0 and 1, and fairseq's order, where ``<s> = 0`` comes before ``<pad> = 1``), the
+    padding-invariance check of :mod:`transformer_lib.properties` through the library's attention,
+    the tokens left unchanged, and (from scratch, the default) no call of the library's ``padding_mask``.
 
     Example:
-        >>> grade_padding_mask(padding_mask).passed
+        >>> grade_padding_mask(padding_mask, from_scratch=False).passed
         True
     """
-    grading = Grading("Padding mask")
+    grading = Grading("Padding mask", refused=REFUSED_PADDING, from_scratch=from_scratch)
     cases = _TokenMaskCases(fn, PADDING_CASES, "your padding mask", padding_mask, _padding_bugs)
 
     def matches_reference() -> None:
@@ -152,7 +177,7 @@ def grade_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
                                 "True where the key is a real token, the same for every query")
 
     def padding_invariant() -> None:
-        tokens, pad, mask, example = cases.case(len(PADDING_CASES) - 1)
+        tokens, pad, mask, example = cases.case(3)
         x = inputs(*tokens.shape, 4, seed=3)
         property_check("padding_invariance",
                        lambda: assert_padding_invariant(_attention_through(mask), x, tokens != pad),
@@ -162,7 +187,8 @@ def grade_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
     with grading:
         grading.check("returns a boolean mask that broadcasts to the scores (B, H, L, L)", cases.dtype_and_shape,
                       gate=True)
-        grading.check("equals padding_mask as attention sees it, for every pad_id", matches_reference)
+        grading.check("equals padding_mask as attention sees it, for every pad_id and special ids on either side "
+                      "of it", matches_reference)
         grading.check("attention under it ignores what the pads hold (padding invariance, transformer_lib.properties)",
                       padding_invariant)
     return grading.report
@@ -187,7 +213,7 @@ def _causal_bugs(n: int, shown: Callable[[Tensor], Tensor] = lambda m: m) -> lis
     ]
 
 
-def grade_causal_mask(fn: Callable[[int], Tensor]) -> GradeReport:
+def grade_causal_mask(fn: Callable[[int], Tensor], *, from_scratch: bool = True) -> GradeReport:
     """Grade the reader's causal mask.
 
     ``fn(n)`` must return a boolean mask broadcastable to ``(..., n, n)``, ``True`` where key ``j``
@@ -196,10 +222,10 @@ def grade_causal_mask(fn: Callable[[int], Tensor]) -> GradeReport:
     :mod:`transformer_lib.properties` through the library's attention.
 
     Example:
-        >>> grade_causal_mask(causal_mask).passed
+        >>> grade_causal_mask(causal_mask, from_scratch=False).passed
         True
     """
-    grading = Grading("Causal mask")
+    grading = Grading("Causal mask", refused=REFUSED_CAUSAL, from_scratch=from_scratch)
     sizes = (1, 2, 3, 5)
 
     def mask_of(n: int) -> tuple[Tensor, str]:
@@ -254,23 +280,26 @@ def _target_bugs(tgt: Tensor, pad: int, grid: Callable[[Tensor], Tensor]) -> lis
                  lambda: grid(pitfalls.query_side_padding_mask(tgt, pad) & future)),
         KnownBug("pad_id_ignored", "the mask ignores pad_id (it looks for 0)", "compare with pad_id, not 0",
                  lambda: grid(target_mask(tgt, 0)) if pad != 0 else None),
+        KnownBug("pad_compared_by_order", BY_ORDER_MESSAGE, BY_ORDER_HINT,
+                 lambda: grid(pitfalls.padding_mask_by_order(tgt, pad) & future)),
     ]
 
 
-def grade_target_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
+def grade_target_mask(fn: Callable[[Tensor, int], Tensor], *, from_scratch: bool = True) -> GradeReport:
     """Grade the reader's decoder self-attention mask: padding AND causal.
 
     ``fn(tgt, pad_id)`` with decoder inputs ``tgt`` ``(B, T)`` must return a boolean mask
     broadcastable to ``(B, H, T, T)`` that lets query ``i`` see key ``j`` when ``j <= i`` and key
     ``j`` is not a pad: :func:`transformer_lib.masking.target_mask`. Checked: dtype and shape,
-    equality (right- and left-padded batches, a pad id other than 0), causality and padding
-    invariance (:mod:`transformer_lib.properties`).
+    equality (right- and left-padded batches, a pad id other than 0, fairseq's order with ``<s>``
+    below the pad), causality and padding invariance (:mod:`transformer_lib.properties`). From
+    scratch (the default) it may use ``padding_mask`` and ``causal_mask``, not ``target_mask``.
 
     Example:
-        >>> grade_target_mask(target_mask).passed
+        >>> grade_target_mask(target_mask, from_scratch=False).passed
         True
     """
-    grading = Grading("Target (decoder self-attention) mask")
+    grading = Grading("Target (decoder self-attention) mask", refused=REFUSED_TARGET, from_scratch=from_scratch)
     cases = _TokenMaskCases(fn, TARGET_CASES, "your target mask", target_mask, _target_bugs)
 
     def matches_reference() -> None:
@@ -290,7 +319,8 @@ def grade_target_mask(fn: Callable[[Tensor, int], Tensor]) -> GradeReport:
 
     with grading:
         grading.check("returns a boolean mask that broadcasts to (B, H, T, T)", cases.dtype_and_shape, gate=True)
-        grading.check("equals target_mask (padding AND causal), right- and left-padded", matches_reference)
+        grading.check("equals target_mask (padding AND causal), right- and left-padded, special ids on either side "
+                      "of the pad", matches_reference)
         grading.check("attention under it is causal and ignores the pads (transformer_lib.properties)",
                       causal_and_padding_invariant)
     return grading.report
@@ -340,10 +370,10 @@ def _masked_bugs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> list[KnownBug
 
 
 def _masked_output(fn: Callable[..., Any], q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, example: str,
-                   what: str = "your attention", finite: bool = False) -> Tensor:
+                   what: str = "your attention", finite: bool = False, grad: bool = False) -> Tensor:
     """The reader's masked attention on one input (called without ``mask`` when it is ``None``), shape-checked."""
     args = (q, k, v) if mask is None else (q, k, v, mask)
-    out = as_output(call(fn, *args, what=what, example=example), what, example)[0]
+    out = as_output(call(fn, *args, what=what, example=example, names=QKV, grad=grad), what, example)[0]
     expect_shape(out, (*q.shape[:-1], v.size(-1)), what="the output", example=example,
                  hint="one row per query, as wide as the values: (..., T, Dv)")
     if finite:  # inside a property check: NaN would read as "not deterministic" (NaN != NaN)
@@ -369,7 +399,7 @@ def _masked_matches_reference(fn: Callable[..., Any]) -> None:
                        hint="fill the scores where the mask is False with -inf, then softmax over the keys")
 
 
-def _half_precision(fn: Callable[..., Any]) -> None:
+def _half_precision(fn: Callable[..., Any], matched: bool) -> None:
     q, k, v, mask = _masked_cases()[3]
     example = fmt_inputs(mask=mask) + "\n(query, key and value: the case above, in float16)"
     try:
@@ -389,6 +419,34 @@ def _half_precision(fn: Callable[..., Any]) -> None:
     expect_close(got.float(), _masked_output(fn, q, k, v, mask, example), check="half_precision",
                  message="in float16 your output differs from your float32 output by more than float16 rounding",
                  example=example, rtol=1e-2, atol=1e-2)
+    q, k, v, example = half_inputs()
+    mask = _LARGE_MASK
+    example += "\n" + fmt_inputs(mask=mask)
+    got = _masked_output(fn, q, k, v, mask, example, "your attention in float16")
+    expect_stable(got, F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask),
+                  _unstable_attention(q, k, v, mask), check="half_precision", situation="in float16 (mixed precision)",
+                  example=example, matched=matched, atol=HALF_ATOL)
+
+
+_LARGE_MASK = torch.tensor([[True, True, True, False, False], [True, True, True, True, False]])[:, None, :]  # (B, 1, L)
+
+
+def _masked_large_scores(fn: Callable[..., Any], matched: bool) -> None:
+    q, k, v, example = large_inputs()
+    example += "\n" + fmt_inputs(mask=_LARGE_MASK)
+    got = _masked_output(fn, q, k, v, _LARGE_MASK, example, "your attention on large scores")
+    expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=_LARGE_MASK)
+    expect_stable(got, expected, _unstable_attention(q, k, v, _LARGE_MASK), check="large_scores",
+                  situation="at scores of realistic size", example=example, matched=matched, atol=LARGE_ATOL)
+
+
+def _masked_gradients(fn: Callable[..., Any], matched: bool) -> None:
+    q, k, v, mask = _masked_cases()[3]
+    example = fmt_inputs(query=q, key=k, value=v, mask=mask)
+    expect_gradients(lambda t: _masked_output(fn, t["query"], t["key"], t["value"], mask, example, grad=True),
+                     lambda t: F.scaled_dot_product_attention(t["query"], t["key"], t["value"], attn_mask=mask),
+                     {"query": q, "key": k, "value": v}, example=example, compare=matched,
+                     blocked={frozenset({"query", "key"}): WEIGHTS_DETACHED})
 
 
 def _extreme_scores(fn: Callable[..., Any]) -> None:
@@ -398,6 +456,13 @@ def _extreme_scores(fn: Callable[..., Any]) -> None:
     mask = causal_mask(T)[0]
     example = (f"query = {scale:g} · x, key = value = x, causal mask (T = {T}): the real scores are "
                f"about {scale * float((x[0] * x[0]).sum(-1).mean()) / 8 ** 0.5:,.0f}\n" + fmt_inputs(x=x))
+    got = _masked_output(fn, scale * x, x, x, mask, example)
+    unstable = _unstable_attention(scale * x, x, x, mask)
+    if not bool(torch.isfinite(got).all()) and unstable is not None and close(got, unstable):
+        raise Problem("unstable_softmax", "at scores far below zero your attention returns NaN: a softmax written "
+                      "as exp(s) / sum(exp(s)) underflows to 0 / 0", example=example,
+                      hint="subtract each row's maximum first: exp(s - max) / sum(exp(s - max)) is the same "
+                           "softmax and neither overflows nor underflows (torch.softmax does it for you)")
     property_check("finite_fill_leaks",
                    lambda: assert_causal(lambda x: _masked_output(fn, scale * x, x, x, mask, example, finite=True), x),
                    example=example,
@@ -420,29 +485,37 @@ def _masked_padding_invariant(fn: Callable[..., Any]) -> None:
                    example=fmt_inputs(x=x, mask=mask) + "\n(self-attention with a head dimension: x[:, None])")
 
 
-def grade_masked_attention(fn: Callable[..., Any]) -> GradeReport:
+def grade_masked_attention(fn: Callable[..., Any], *, from_scratch: bool = True) -> GradeReport:
     """Grade the reader's attention with a mask.
 
     ``fn(query, key, value, mask=None)``, ``mask`` boolean with ``True`` = may attend, broadcastable
     to ``(..., T, L)``, must return the masked attention ``(..., T, Dv)`` (or ``(output, weights)``).
     Checked: equality with ``F.scaled_dot_product_attention`` for ``(T, L)``, causal and padding
     masks and none; causality and padding invariance (:mod:`transformer_lib.properties`); float16 inputs
-    (where a ``-1e9`` fill overflows); and real scores far below zero (where a finite fill lets the
-    future leak, minGPT#75).
+    (where a ``-1e9`` fill overflows, and a softmax that does not subtract the maximum); real scores
+    far below zero (where a finite fill lets the future leak, minGPT#75) and of realistic size;
+    gradients (the library's); the arguments left unchanged. From scratch (the default), calling
+    ``F.scaled_dot_product_attention`` or the library's attention fails.
 
     Example:
-        >>> grade_masked_attention(lambda q, k, v, mask=None: scaled_dot_product_attention(q, k, v, mask)).passed
+        >>> grade_masked_attention(lambda q, k, v, mask=None: scaled_dot_product_attention(q, k, v, mask),
+        ...                        from_scratch=False).passed
         True
     """
-    grading = Grading("Attention with a mask")
+    grading = Grading("Attention with a mask", refused=REFUSED_ATTENTION, from_scratch=from_scratch)
     with grading:
         grading.check("runs with a mask", partial(_masked_runs, fn), gate=True)
-        grading.check("equals F.scaled_dot_product_attention with (T, L), causal and padding masks, "
-                      "and without a mask", partial(_masked_matches_reference, fn))
+        matched = grading.check("equals F.scaled_dot_product_attention with (T, L), causal and padding masks, "
+                                "and without a mask", partial(_masked_matches_reference, fn))
         grading.check("causal under causal_mask (transformer_lib.properties)", partial(_masked_causal, fn))
         grading.check("ignores what the pads hold under padding_mask (transformer_lib.properties)",
                       partial(_masked_padding_invariant, fn))
-        grading.check("works in float16 (mixed precision): no overflow, same answer", partial(_half_precision, fn))
+        grading.check("works in float16 (mixed precision): no overflow, same answer",
+                      partial(_half_precision, fn, matched))
         grading.check("stays causal when the real scores are near -14,000 (no finite fill to leak past)",
                       partial(_extreme_scores, fn))
+        grading.check("stays finite and exact at scores of realistic size (entries of scale 30, d_k = 64)",
+                      partial(_masked_large_scores, fn, matched))
+        grading.check("gradients reach the query, the key and the value, and equal the library's",
+                      partial(_masked_gradients, fn, matched))
     return grading.report

@@ -12,15 +12,19 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from transformer_lib.embeddings import sinusoidal_table
+from transformer_lib.embeddings import SinusoidalPositionalEncoding, sinusoidal_table
 
-from .report import Case, GradeReport, Grading, KnownBug, Problem, call, expect_cases_close, fmt_inputs
+from .report import (
+    Case, GradeReport, Grading, KnownBug, Problem, Refused, call, expect_cases_close, expect_close, fmt_inputs,
+)
 
 __all__ = ["grade_sinusoidal_table"]
 
 # (max_len, d_model), smallest first: the paper's formula by hand (3, 4), one frequency, a wider
 # table, and an odd width (the last sine has no cosine partner).
 TABLE_CASES = [(3, 4), (4, 2), (50, 16), (20, 7)]
+REFUSED_TABLE = (Refused("the library's sinusoidal_table", (sinusoidal_table, SinusoidalPositionalEncoding.__init__)),)
+LONG = (2048, 64)  # positions of a long document: angles up to 2047 radians
 
 
 def _angles(max_len: int, exponents: Tensor, start: int = 0) -> Tensor:
@@ -71,7 +75,7 @@ def _table(fn: Callable[[int, int], Tensor], max_len: int, d_model: int) -> tupl
     """The reader's table (a leading dimension of 1 dropped) and the input printed; checked for shape and dtype."""
     example = fmt_inputs(max_len=max_len, d_model=d_model)
     what = f"your table({max_len}, {d_model})"
-    out = call(fn, max_len, d_model, what=what, example=example)
+    out = call(fn, max_len, d_model, what=what, example=example, names=("max_len", "d_model"))
     if not isinstance(out, Tensor):
         raise Problem("returns_tensor", f"{what} returned {type(out).__name__}, not a tensor", example=example)
     if out.dim() == 3 and out.size(0) == 1:
@@ -114,7 +118,24 @@ def _matches_reference(fn: Callable[[int, int], Tensor]) -> None:
                        hint="PE(p, 2i) = sin(p / 10000^(2i/D)), PE(p, 2i+1) = cos(p / 10000^(2i/D))")
 
 
-def grade_sinusoidal_table(fn: Callable[[int, int], Tensor]) -> GradeReport:
+def _long_table(fn: Callable[[int, int], Tensor], matched: bool) -> None:
+    max_len, d_model = LONG
+    out, example = _table(fn, max_len, d_model)
+    expected = _interleaved(max_len, d_model, 2 * (torch.arange(d_model, dtype=torch.float64) // 2) / d_model)
+    # float32 holds an angle of 2047 to about 1.2e-4; a sine moves by at most that
+    if not bool(torch.isfinite(out).all()):
+        raise Problem("large_positions", f"the ({max_len}, {d_model}) table holds NaN or infinite values",
+                      example=example, hint="compute 10000^(2i/D) in floating point (a power of an integer "
+                                            "tensor stays an integer and overflows)")
+    if matched:
+        expect_close(out.double(), expected.double(), check="large_positions", example=example, rtol=0.0, atol=2e-3,
+                     message=f"at positions up to {max_len - 1} the table differs from the float64 one by more "
+                             "than float32 rounding",
+                     hint="compute positions and angles in float32 or float64, not float16 (which holds whole "
+                          "numbers exactly only up to 2048) or integers")
+
+
+def grade_sinusoidal_table(fn: Callable[[int, int], Tensor], *, from_scratch: bool = True) -> GradeReport:
     """Grade the reader's table of sinusoidal positional encodings.
 
     ``fn(max_len, d_model)`` must return the ``(max_len, d_model)`` table of the paper (section 3.5):
@@ -123,13 +144,18 @@ def grade_sinusoidal_table(fn: Callable[[int, int], Tensor]) -> GradeReport:
     included, and on an odd ``d_model``. A leading dimension of 1 (``(1, max_len, D)``, as the
     Annotated Transformer stores it) is accepted.
 
+    Then a long table (2,048 positions) against float64, and (from scratch, the default) no use of
+    the library's ``sinusoidal_table``.
+
     Example:
-        >>> grade_sinusoidal_table(sinusoidal_table).passed
+        >>> grade_sinusoidal_table(sinusoidal_table, from_scratch=False).passed
         True
     """
-    grading = Grading("Sinusoidal positional encodings")
+    grading = Grading("Sinusoidal positional encodings", refused=REFUSED_TABLE, from_scratch=from_scratch)
     with grading:
         grading.check("returns a (max_len, d_model) floating-point table", partial(_runs, fn), gate=True)
-        grading.check("equals sinusoidal_table: (3, 4) as computed by hand in the chapter, (4, 2), (50, 16), "
-                      "and the odd width (20, 7)", partial(_matches_reference, fn))
+        matched = grading.check("equals sinusoidal_table: (3, 4) as computed by hand in the chapter, (4, 2), "
+                                "(50, 16), and the odd width (20, 7)", partial(_matches_reference, fn))
+        grading.check(f"exact at {LONG[0]:,} positions (within float32 rounding of float64)",
+                      partial(_long_table, fn, matched))
     return grading.report

@@ -15,12 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib.batching import padding_waste
-from transformer_lib.losses import annotated_smoothed_targets, smoothed_target_distribution
+from transformer_lib.batching import BucketBatchSampler, TokenBatchSampler, padding_waste
+from transformer_lib.losses import (
+    TranslationLoss, annotated_smoothed_targets, label_smoothed_cross_entropy, smoothed_target_distribution,
+)
 
 from .. import pitfalls
 from .report import (
-    Case, GradeReport, Grading, KnownBug, Problem, call, expect_cases_close, expect_close, fmt, fmt_inputs, inputs,
+    Case, GradeReport, Grading, KnownBug, Problem, Refused, call, expect_cases_close, expect_close, fmt, fmt_inputs,
+    inputs,
 )
 
 __all__ = ["grade_label_smoothed_loss", "grade_target_shift", "grade_length_batches", "length_batching_sentences"]
@@ -28,14 +31,22 @@ __all__ = ["grade_label_smoothed_loss", "grade_target_shift", "grade_length_batc
 
 # --- The label-smoothed loss ----------------------------------------------------------------------
 
-# (logits shape (B, T, V), target, label_smoothing, ignore_index), smallest first. The last has a
-# pad id that is not 0.
+# (logits shape (B, T, V), target, label_smoothing, ignore_index), smallest first. Then a pad id
+# that is not 0, and one with real ids below it (<unk> = 0, <s> = 1, </s> = 2, <pad> = 3, as
+# SentencePiece numbers them when a pad is added).
 LOSS_CASES = [
     ((1, 1, 3), [[2]], 0.1, 0),
     ((2, 4, 5), [[4, 2, 3, 0], [1, 4, 0, 0]], 0.1, 0),
     ((2, 4, 5), [[4, 2, 3, 0], [1, 4, 0, 0]], 0.0, 0),
     ((2, 3, 6), [[4, 0, 5], [3, 1, 1]], 0.3, 1),
+    ((2, 4, 6), [[0, 4, 2, 3], [5, 2, 3, 3]], 0.1, 3),
 ]
+LOSS_ARGUMENTS = ("logits", "target", "label_smoothing", "ignore_index")
+REFUSED_LOSS = (
+    Refused("F.cross_entropy(label_smoothing=...)", (F.cross_entropy,),
+            when=lambda arguments: float(arguments.get("label_smoothing", 0.0)) != 0.0),
+    Refused("the library's label_smoothed_cross_entropy", (label_smoothed_cross_entropy, TranslationLoss.__init__)),
+)
 
 
 def _cross_entropy_against(q: Tensor, logits: Tensor, keep: Tensor, divide_by: int | None = None) -> Tensor:
@@ -89,6 +100,11 @@ def _loss_bugs(logits: Tensor, target: Tensor, eps: float, pad: int) -> list[Kno
         KnownBug("sum_not_mean", "the loss is summed over the positions, not averaged",
                  "divide by the number of non-pad positions",
                  lambda: _cross_entropy_against(ours(), logits, keep, divide_by=1)),
+        KnownBug("pad_compared_by_order", "the positions kept are target > ignore_index, not target != "
+                 "ignore_index: every real token whose id is below the pad's is dropped (here <unk> = 0, <s> = 1, "
+                 "</s> = 2 below <pad> = 3)", "keep = target != ignore_index: a special id can sit anywhere "
+                 "in a vocabulary", lambda: _cross_entropy_against(
+                     smoothed_target_distribution(target[target > pad], V, eps), logits, target > pad)),
     ]
 
 
@@ -102,7 +118,7 @@ def _loss_case(index: int) -> tuple[Tensor, Tensor, float, int, str]:
 def _loss(fn: Callable[..., Any], logits: Tensor, target: Tensor, eps: float, pad: int, example: str,
           grad: bool = False) -> Tensor:
     """The reader's loss on one input; a :class:`Problem` unless it is a 0-dimensional tensor."""
-    value = call(fn, logits, target, eps, pad, what="your loss", example=example, grad=grad)
+    value = call(fn, logits, target, eps, pad, what="your loss", example=example, grad=grad, names=LOSS_ARGUMENTS)
     if not isinstance(value, Tensor):
         raise Problem("returns_tensor", f"your loss returned {type(value).__name__}, not a tensor", example=example,
                       hint="return the tensor itself: .item() or float() cut it off from autograd")
@@ -180,27 +196,50 @@ def _loss_padding_invariant(fn: Callable[..., Any]) -> None:
                  hint="positions where target == ignore_index must contribute nothing, to the sum or the count")
 
 
-def grade_label_smoothed_loss(fn: Callable[..., Any]) -> GradeReport:
+def _loss_half_precision(fn: Callable[..., Any], matched: bool) -> None:
+    logits = (8 * torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(57))).half()  # up to about ±25
+    target = torch.tensor([[4, 2, 3, 0], [1, 5, 0, 0]])
+    example = (fmt_inputs(target=target, label_smoothing=0.1, ignore_index=0) + "\nlogits: float16 (2, 4, 6), "
+               f"random of scale 8 (up to {float(logits.abs().max()):.0f}; float16 holds exp(11.1) at most)")
+    got = _loss(fn, logits, target, 0.1, 0, example).detach()
+    expected = _reference_loss(logits.double(), target, 0.1, 0)
+    if not bool(torch.isfinite(got)):
+        raise Problem("half_precision", f"in float16 (mixed precision) your loss is {float(got)}", example=example,
+                      expected=fmt(expected), got=fmt(got),
+                      hint="an exp of the logits overflows float16 beyond 11.1: use F.log_softmax, which "
+                           "subtracts the maximum first (or compute the loss in float32: logits.float())")
+    if matched:  # float16 rounds logits of 25 by about 0.01: the loss moves by about that
+        expect_close(got, expected, check="half_precision", example=example, rtol=1e-2, atol=1e-2,
+                     message="in float16 your loss differs from the float64 one by more than float16 rounding",
+                     hint="use F.log_softmax (or compute the loss in float32: logits.float())")
+
+
+def grade_label_smoothed_loss(fn: Callable[..., Any], *, from_scratch: bool = True) -> GradeReport:
     """Grade the reader's label-smoothed cross-entropy.
 
     ``fn(logits, target, label_smoothing, ignore_index)`` with ``logits`` ``(B, T, V)`` and
     ``target`` ``(B, T)`` must return the mean over non-pad positions of
     ``(1 - ε)(-log p_target) + ε · mean_v(-log p_v)``, a 0-dimensional tensor: exactly
     ``F.cross_entropy(..., label_smoothing=ε, ignore_index=pad)``. Checked on cases from one position,
-    for ε = 0, 0.1, 0.3 and a pad id other than 0; for extreme logits (numerical stability); that
-    its gradient is PyTorch's; and that extra padding changes nothing.
+    for ε = 0, 0.1, 0.3, a pad id other than 0 and real ids below the pad's; for extreme logits
+    (numerical stability) and float16 logits; that its gradient is PyTorch's; that extra padding
+    changes nothing; that the caller's logits and targets are left unchanged. From scratch (the
+    default), an answer that calls ``F.cross_entropy(label_smoothing=...)`` or the library's loss
+    fails (``from_scratch=False`` allows it, and the report says so).
 
     Example:
-        >>> from transformer_lib.losses import label_smoothed_cross_entropy
-        >>> grade_label_smoothed_loss(label_smoothed_cross_entropy).passed
+        >>> grade_label_smoothed_loss(label_smoothed_cross_entropy, from_scratch=False).passed
         True
     """
-    grading = Grading("Label-smoothed cross-entropy")
+    grading = Grading("Label-smoothed cross-entropy", refused=REFUSED_LOSS, from_scratch=from_scratch)
     with grading:
         grading.check("returns a scalar tensor", partial(_loss_runs, fn), gate=True)
         matched = grading.check("equals F.cross_entropy(label_smoothing=ε, ignore_index=pad) for ε = 0.1, 0, "
-                                "0.3 and a pad id other than 0", partial(_loss_matches_reference, fn))
+                                "0.3, a pad id other than 0, and real ids below the pad's",
+                                partial(_loss_matches_reference, fn))
         grading.check("stays finite and exact for logits of ±1000", partial(_loss_stable, fn, matched))
+        grading.check("works in float16 (mixed precision): finite, within rounding of float64",
+                      partial(_loss_half_precision, fn, matched))
         grading.check("has F.cross_entropy's gradient (autograd)", partial(_loss_gradient, fn, matched))
         grading.check("ignores padding: more pad positions, the same loss", partial(_loss_padding_invariant, fn))
     return grading.report
@@ -208,10 +247,12 @@ def grade_label_smoothed_loss(fn: Callable[..., Any]) -> GradeReport:
 
 # --- The target shift -----------------------------------------------------------------------------
 
-# Targets <bos> y1 .. yn <eos> (<bos> = 2, <eos> = 3), right-padded with 0.
+# Targets <bos> y1 .. yn <eos>, right-padded: (targets, pad id, the special ids). The last in
+# fairseq's order, where <s> = 0 comes before <pad> = 1.
 SHIFT_CASES = [
-    [[2, 5, 3]],
-    [[2, 5, 6, 7, 3], [2, 8, 3, 0, 0]],
+    ([[2, 5, 3]], None, "<bos> = 2, <eos> = 3, <pad> = 0"),
+    ([[2, 5, 6, 7, 3], [2, 8, 3, 0, 0]], None, "<bos> = 2, <eos> = 3, <pad> = 0"),
+    ([[0, 5, 6, 7, 2], [0, 8, 2, 1, 1]], 1, "fairseq's order: <s> = 0, <pad> = 1, </s> = 2"),
 ]
 
 
@@ -227,9 +268,10 @@ def _offset(tgt_in: Tensor, tgt_out: Tensor, keep: Tensor) -> int | None:
 
 def _split(fn: Callable[[Tensor], tuple[Tensor, Tensor]], index: int) -> tuple[Tensor, Tensor, Tensor, str]:
     """``(tgt, tgt_in, tgt_out, the input printed)`` for ``SHIFT_CASES[index]``, the reader's pair checked for shape."""
-    tgt = torch.tensor(SHIFT_CASES[index])
-    example = fmt_inputs(tgt=tgt) + "\n(<bos> = 2, <eos> = 3, <pad> = 0)"
-    result = call(fn, tgt, what="your shift", example=example)
+    cases, _, ids = SHIFT_CASES[index]
+    tgt = torch.tensor(cases)
+    example = fmt_inputs(tgt=tgt) + f"\n({ids})"
+    result = call(fn, tgt, what="your shift", example=example, names=("tgt",))
     if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
         raise Problem("returns_pair", f"your shift returned {type(result).__name__}, not a pair of tensors",
                       example=example, hint="return tgt_in, tgt_out")
@@ -247,17 +289,17 @@ def _shift_runs(fn: Callable[[Tensor], tuple[Tensor, Tensor]]) -> None:
 
 
 def _shifted(fn: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int) -> None:
-    for index in range(len(SHIFT_CASES)):
+    for index, (_, case_pad, _) in enumerate(SHIFT_CASES):
         tgt, tgt_in, tgt_out, example = _split(fn, index)
         expected_in, expected_out = tgt[:, :-1], tgt[:, 1:]
-        keep = expected_out != pad_id  # the labels the loss counts
+        keep = expected_out != (pad_id if case_pad is None else case_pad)  # the labels the loss counts
         if torch.equal(tgt_out, expected_out) and torch.equal(tgt_in[keep], expected_in[keep]):
             continue
         shown = f"tgt_in:\n{fmt(expected_in)}\ntgt_out:\n{fmt(expected_out)}"
         got = f"tgt_in:\n{fmt(tgt_in)}\ntgt_out:\n{fmt(tgt_out)}"
         k = _offset(tgt_in, tgt_out, keep)
         if k is not None and k != 1:
-            copy = pitfalls.copy_accuracy(tgt_in, tgt_out, pad_id)
+            copy = pitfalls.copy_accuracy(tgt_in, tgt_out, pad_id if case_pad is None else case_pad)
             says = {0: "the token it reads at the same position: a decoder that copies its input "
                        f"scores {copy:.0%}, so the loss falls and nothing is learned",
                     -1: "the token it read one step earlier: the decoder is trained to repeat the past"}
@@ -270,23 +312,26 @@ def _shifted(fn: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int) -> None
                       hint="tgt_in starts with <bos>; tgt_out ends with <eos>; pads stay pads")
 
 
-def grade_target_shift(fn: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int = 0) -> GradeReport:
+def grade_target_shift(fn: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int = 0, *,
+                       from_scratch: bool = True) -> GradeReport:
     """Grade the reader's split of a target into decoder input and labels (teacher forcing).
 
     ``fn(tgt)``, with ``tgt`` ``(B, T)`` holding ``<bos> y1 .. yn <eos>`` right-padded, must return
     ``(tgt_in, tgt_out)``, both ``(B, T - 1)``: the decoder reads ``tgt_in = <bos> y1 .. yn`` and is
     scored on ``tgt_out = y1 .. yn <eos>``, the token *after* each input. Checked on a one-sentence
-    and a padded batch; at positions whose label is a pad, the input may be anything.
+    and a padded batch, and on one in fairseq's order (``<s> = 0, <pad> = 1, </s> = 2``); at
+    positions whose label is a pad, the input may be anything. ``tgt`` must be left unchanged.
+    (``from_scratch`` is accepted as by every grader; the library has no ready-made shift to refuse.)
 
     Example:
         >>> grade_target_shift(lambda tgt: (tgt[:, :-1], tgt[:, 1:])).passed
         True
     """
-    grading = Grading("Target shift for teacher forcing")
+    grading = Grading("Target shift for teacher forcing", from_scratch=from_scratch)
     with grading:
         grading.check("returns (tgt_in, tgt_out), each (B, T - 1)", partial(_shift_runs, fn), gate=True)
         grading.check("tgt_in = <bos> y1 .. yn and tgt_out = y1 .. yn <eos>: each label is the token after "
-                      "the input at its position", partial(_shifted, fn, pad_id))
+                      "the input at its position, whatever the special ids", partial(_shifted, fn, pad_id))
     return grading.report
 
 
@@ -320,7 +365,8 @@ def _batches_example(sentences: list[str], lengths: list[int], batch_size: int) 
 
 def _batches_run(fn: Callable[..., Any], sentences: list[str], batch_size: int, example: str,
                  state: dict[str, list[list[int]]]) -> None:
-    result = call(fn, list(sentences), TOKENIZE, batch_size, what="your batching", example=example)
+    result = call(fn, list(sentences), TOKENIZE, batch_size, what="your batching", example=example,
+                  names=("sentences", "tokenize", "batch_size"))
     try:
         batches = [[int(i) for i in batch] for batch in result]
     except (TypeError, ValueError):
@@ -339,6 +385,12 @@ def _batches_valid(batches: list[list[int]], n_sentences: int, batch_size: int, 
     if max(len(batch) for batch in batches) > batch_size:
         raise Problem("batch_size", f"a batch holds {max(len(b) for b in batches)} sentences, more than "
                       f"batch_size = {batch_size}", example=example)
+    fewest = -(-n_sentences // batch_size)
+    if len(batches) > fewest:
+        raise Problem("batches_not_full", f"{len(batches)} batches, where {fewest} full ones (all but the last of "
+                      f"batch_size = {batch_size}) hold the {n_sentences} sentences: smaller batches need less "
+                      "padding, but make more, noisier steps", example=example,
+                      hint="sort by token count, then cut the order into consecutive batches of batch_size")
 
 
 def _little_padding(batches: list[list[int]], sentences: list[str], lengths: list[int], batch_size: int,
@@ -356,12 +408,17 @@ def _little_padding(batches: list[list[int]], sentences: list[str], lengths: lis
                   example=example, hint="sort the indices by token count, then cut the order into batches")
 
 
+REFUSED_BATCHES = (Refused("the library's BucketBatchSampler or TokenBatchSampler",
+                           (BucketBatchSampler.__init__, TokenBatchSampler.__init__)),)
+
+
 def grade_length_batches(fn: Callable[[Sequence[str], Callable[[str], list[str]], int], Any],
-                         batch_size: int = 8) -> GradeReport:
+                         batch_size: int = 8, *, from_scratch: bool = True) -> GradeReport:
     """Grade the reader's batching by length (chapter 5's padding section).
 
     ``fn(sentences, tokenize, batch_size)`` must return batches of sentence indices (lists of
-    ints) that use every sentence once, hold at most ``batch_size`` each, and need as little padding
+    ints) that use every sentence once, hold at most ``batch_size`` each (all full but the last),
+    leave the caller's list of sentences as it was, and need as little padding
     as sorting by the number of *tokens* and cutting into batches (padding is counted in tokens,
     :func:`transformer_lib.batching.padding_waste`). The sentences mix many short words with few
     long ones, so sorting by characters is not enough.
@@ -373,7 +430,7 @@ def grade_length_batches(fn: Callable[[Sequence[str], Callable[[str], list[str]]
         >>> grade_length_batches(by_tokens).passed
         True
     """
-    grading = Grading("Batches of similar length")
+    grading = Grading("Batches of similar length", refused=REFUSED_BATCHES, from_scratch=from_scratch)
     sentences = length_batching_sentences()
     lengths = [len(TOKENIZE(s)) for s in sentences]
     example = _batches_example(sentences, lengths, batch_size)
@@ -381,7 +438,7 @@ def grade_length_batches(fn: Callable[[Sequence[str], Callable[[str], list[str]]
     with grading:
         grading.check("returns batches of sentence indices",
                       partial(_batches_run, fn, sentences, batch_size, example, state), gate=True)
-        grading.check(f"uses every sentence once, at most {batch_size} per batch",
+        grading.check(f"uses every sentence once, at most {batch_size} per batch, the batches full but the last",
                       lambda: _batches_valid(state["batches"], len(sentences), batch_size, example), gate=True)
         grading.check("pads no more than sorting by token count (padding counted in tokens)",
                       lambda: _little_padding(state["batches"], sentences, lengths, batch_size, example))
