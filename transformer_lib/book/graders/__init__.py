@@ -8,6 +8,15 @@ identifier (the bug's name when the wrong output matches a known bug, e.g. ``"no
 smallest input that shows it, the right output and the reader's, and a hint. It never raises
 because of the reader's code: an exception, a wrong shape or NaN becomes part of the report.
 
+Every grader also checks by class where the class applies: scores of realistic size and float16
+inputs (finite, within rounding of float64), gradients reaching every input that should get one
+(the library's), the caller's arguments left unchanged, special ids anywhere in the vocabulary
+(fairseq's ``<s> = 0`` before ``<pad> = 1``). Answers are graded *from scratch* by default: one
+that calls the library's or PyTorch's ready-made version of what it is asked to write fails with
+``ready_made``; ``from_scratch=False`` allows it, and the report's title says so. A call of the
+answer runs under a time limit and the grading under an output limit (``report.TIME_LIMIT_S``,
+``report.OUTPUT_LIMIT_CHARS``); ``sys.exit()`` and ``KeyboardInterrupt`` in the answer are its failures.
+
     chapter 1   grade_attention, grade_multi_head_attention
     chapter 2   grade_padding_mask, grade_causal_mask, grade_target_mask, grade_masked_attention
     chapter 3   grade_sinusoidal_table

@@ -258,7 +258,9 @@ def grade_attention(fn: Callable[..., Any], *, from_scratch: bool = True) -> Gra
 
     Example:
         >>> from transformer_lib.attention import scaled_dot_product_attention
-        >>> grade_attention(scaled_dot_product_attention).passed
+        >>> grade_attention(scaled_dot_product_attention).failed_checks  # the library's own: not from scratch
+        ['ready_made']
+        >>> grade_attention(scaled_dot_product_attention, from_scratch=False).passed
         True
     """
     grading = Grading("Scaled dot-product attention", refused=REFUSED_ATTENTION, from_scratch=from_scratch)
