@@ -60,10 +60,11 @@ class _RecordingTransformer(Transformer):
 
 
 @functools.cache
-def _scenario(pad: int = PAD, bos: int = BOS) -> tuple[int, int, Tensor, Tensor]:
+def _scenario(pad: int = PAD, bos: int = BOS, all_end: bool = False) -> tuple[int, int, Tensor, Tensor]:
     """A seed for a small untrained model and an ``<eos>`` id, chosen so that the batch's greedy
-    outputs end at different steps (one row ends early, one runs to ``MAX_NEW_TOKENS``); with greedy
-    decoding's outputs with that ``<eos>`` and without any, both ``(B, MAX_NEW_TOKENS)``."""
+    outputs end at different steps (one row ends early, one runs to ``MAX_NEW_TOKENS``; with
+    ``all_end``, every row ends, the last before ``MAX_NEW_TOKENS``); with greedy decoding's outputs
+    with that ``<eos>`` and without any (``(B, MAX_NEW_TOKENS)``)."""
     src = _source(pad)
     src_mask = padding_mask(src, pad)
     for seed in range(200):
@@ -75,7 +76,11 @@ def _scenario(pad: int = PAD, bos: int = BOS) -> tuple[int, int, Tensor, Tensor]
         for eos in range(max(pad, bos) + 1, model.config.tgt_vocab_size):
             ends = [(row == eos).nonzero() for row in free]
             first = [int(e[0]) if len(e) else None for e in ends]
-            if None in first and any(f is not None and 1 <= f <= MAX_NEW_TOKENS - 3 for f in first):
+            if all_end:
+                wanted = None not in first and len(set(first)) > 1 and max(first) <= MAX_NEW_TOKENS - 3  # type: ignore[type-var]
+            else:
+                wanted = None in first and any(f is not None and 1 <= f <= MAX_NEW_TOKENS - 3 for f in first)
+            if wanted:
                 ref = greedy_decode(model, src, src_mask, max_new_tokens=MAX_NEW_TOKENS, bos_id=bos, eos_id=eos,
                                     pad_id=pad, use_cache=False)
                 return seed, eos, ref, free
@@ -113,6 +118,11 @@ def _decoding_bugs(ref: Tensor, free: Tensor, eos: int, pad: int = PAD, bos: int
                  "stop only when every row has its <eos> (finished.all())", lambda: ref[:, : first_end + 1]),
         KnownBug("eos_dropped", "the <eos> tokens are missing", "append the <eos> itself, then pad_id after it",
                  lambda: ref.masked_fill(ref == eos, pad)),
+        KnownBug("no_early_stop", "decoding goes on after every row has ended: the output ends in columns of "
+                 "padding only, each a wasted pass of the decoder", "stop the loop as soon as every row has its "
+                 "<eos>: if finished.all(): break",
+                 lambda: torch.cat([ref, ref.new_full((ref.size(0), MAX_NEW_TOKENS - ref.size(1)), pad)], dim=1)
+                 if ref.size(1) < MAX_NEW_TOKENS else None),
     ]
 
 
@@ -131,8 +141,8 @@ class _Setting:
     bos: int = BOS
 
 
-def _setting(pad: int = PAD, bos: int = BOS) -> _Setting:
-    seed, eos, ref, free = _scenario(pad, bos)
+def _setting(pad: int = PAD, bos: int = BOS, all_end: bool = False) -> _Setting:
+    seed, eos, ref, free = _scenario(pad, bos, all_end)
     src = _source(pad)
     order = "" if (pad, bos) == (PAD, BOS) else " (fairseq's order: <s> = 0, <pad> = 1)"
     example = (fmt_inputs(src=src) + f"\nsrc_mask = padding_mask(src, {pad}), max_new_tokens = {MAX_NEW_TOKENS}\n"
@@ -216,6 +226,12 @@ def _model_restored(setting: _Setting) -> None:
                       hint="use the cache as a context manager: with kv_cache(model) as cache:")
 
 
+def _stops_early(fn: Callable[..., Any]) -> None:
+    setting, state = _setting(all_end=True), {}
+    _runs(fn, setting, state)
+    _matches_reference(setting, state)
+
+
 def _special_ids(fn: Callable[..., Any]) -> None:
     setting, state = _setting(FAIRSEQ_PAD, FAIRSEQ_BOS), {}
     _runs(fn, setting, state)
@@ -252,6 +268,8 @@ def grade_greedy_decode(fn: Callable[..., Any], *, from_scratch: bool = True) ->
         grading.check("equals greedy_decode: no <bos>, pads after each row's <eos>, stops when every row has "
                       "ended", functools.partial(_matches_reference, setting, state))
         grading.check("gives the model back without the cache", functools.partial(_model_restored, setting))
+        grading.check("stops as soon as every row has ended (a batch whose rows all end early)",
+                      functools.partial(_stops_early, fn))
         grading.check("equals greedy_decode with the special ids elsewhere (fairseq's order: <s> = 0, <pad> = 1)",
                       functools.partial(_special_ids, fn))
     return grading.report
