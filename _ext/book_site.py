@@ -10,9 +10,10 @@ Sphinx bug, see ``_drop_repeated_inline_scripts``):
 2. Serves the figures' font (DejaVu Sans, from matplotlib's own copy; a subset as a web font), so
    live charts are set in the letters of the matplotlib figures (``transformer_lib.book.style``).
 3. Labels the Colab set-up cell (the code cell that ``%pip install``-s transformer_lib from the
-   repository; every chapter opens with the same one): a note above it says what it is, so readers of
-   the website know why a chapter starts with an install, and its install lines are collapsed behind
-   a bar ("Show the install cell"). Chapters need no tag or metadata for this.
+   repository; every chapter opens with the same one) and folds it, with the section's own set-up
+   cell after it (tagged ``setup``), behind one bar that names the profile the page ran with ("Set-up:
+   fast profile (no GPU), cpu"): inside, a note says what the install cell is, so readers
+   of the website know why a section has an install. Chapters need no tag or metadata for this.
 4. Makes hidden cells' bars say what they hide (``TOGGLE_LABELS``: "Show the check", "Show the
    solution", "Show the code"), from the cell's tags; a cell's own ``mystnb.code_prompt_show`` wins.
 5. Numbers every figure that has a caption (myst-nb's ``mystnb.figure`` cell metadata; altair charts
@@ -211,28 +212,69 @@ def is_setup_cell(cell: nodes.Element) -> bool:
     return False
 
 
-def _collapse_setup_input(cell: nodes.Element) -> None:
-    """Put the set-up cell's install lines behind a bar, as every other piece of machinery is: the
-    note above says what the cell does, and the section starts with its own subject."""
+def _profile_printed(cell: nodes.Element) -> str | None:
+    """What the section's set-up cell printed before its first ";" (``section.start()``'s profile
+    line: "fast profile (no GPU), cpu"), or None when it printed nothing (a build that did not execute)."""
+    for part in cell.findall(nodes.container):
+        if "cell_output" in part.get("classes", []):
+            for block in part.findall(nodes.literal_block):
+                first = block.astext().strip().splitlines()
+                if first:
+                    return first[0].split(";")[0].strip()
+    return None
+
+
+def _section_setup_cell(cell: nodes.Element) -> nodes.Element | None:
+    """The cell after the Colab set-up cell when it is the section's own set-up (tagged ``setup``:
+    imports, then ``section.start()``), else None."""
+    parent = cell.parent
+    if parent is None:
+        return None
+    index = parent.index(cell)
+    following = parent.children[index + 1] if index + 1 < len(parent.children) else None
+    if isinstance(following, nodes.container) and (
+            "cell" in following.get("classes", []) or following.get("nb_element") == "cell_code"):
+        tags = (following.get("cell_metadata") or {}).get("tags", [])
+        if "setup" in tags or "tag_setup" in following.get("classes", []):
+            return following
+    return None
+
+
+def _collapse_setup(cell: nodes.Element) -> None:
+    """One line on the page for all the set-up: a bar ("Set-up: fast profile (no GPU), cpu")
+    that holds the note saying what the Colab cell is, its install lines and output, and the
+    section's own set-up cell that follows it (imports, the profile line it prints). A section then
+    starts with its first sentence, not with a screen of machinery (issue 44, item 4); the bar names
+    the profile the page ran with, the one fact of the set-up a reader of the results needs."""
     from myst_nb.sphinx_ import HideCodeCellNode
 
+    own = _section_setup_cell(cell)
+    profile = _profile_printed(own) if own is not None else None
+    # short enough for one line on a phone (390 px): "Set-up: fast profile (no GPU), cpu"
+    bar = HideCodeCellNode(prompt_show=f"Set-up: {profile}" if profile else "Show the set-up",
+                           prompt_hide="Hide the set-up")
+    bar["classes"].extend(["above-input", "tt-hides-setup"])
+    bar += _setup_note()
     for part in list(cell.children):
-        if isinstance(part, HideCodeCellNode):
-            return  # already hidden by its own tags
-        if "cell_input" in part.get("classes", []):
-            bar = HideCodeCellNode(prompt_show="Show the install cell", prompt_hide="Hide the install cell")
-            bar["classes"].extend(["above-input", "tt-hides-install"])
-            cell.replace(part, bar)
-            bar.append(part)
-            return
+        cell.remove(part)
+        bar += part
+    if own is not None:
+        own.parent.remove(own)
+        # its own bar ("Show the set-up") would be a second, inner one: its code shows with the install lines
+        for inner in list(own.children):
+            if isinstance(inner, HideCodeCellNode) and all(
+                    "cell_input" in child.get("classes", []) or child.get("nb_element") == "cell_code_source"
+                    for child in inner.children):
+                own.replace(inner, inner.children)
+        bar += own
+    cell += bar
 
 
 def _on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     for cell in list(doctree.findall(nodes.container)):
         if is_setup_cell(cell):
             cell["classes"].append(SETUP_CLASS)
-            _collapse_setup_input(cell)
-            cell.insert(0, _setup_note())
+            _collapse_setup(cell)
 
 
 # --- toggles that say what they hide ----------------------------------------------------------------

@@ -70,7 +70,7 @@ def test_the_bars_of_hidden_cells_are_relabelled_unless_the_cell_sets_its_own(bo
     assert own_bar["prompt_show"] == "Show code cell {type}"  # the cell's own label is myst-nb's to apply
 
 
-def test_the_colab_set_up_cell_gets_its_note_and_its_install_lines_collapsed(book_site: Any) -> None:
+def test_the_colab_set_up_cell_and_the_section_set_up_fold_into_one_bar_that_names_the_profile(book_site: Any) -> None:
     from myst_nb.sphinx_ import HideCodeCellNode
 
     document = _document()
@@ -78,12 +78,34 @@ def test_the_colab_set_up_cell_gets_its_note_and_its_install_lines_collapsed(boo
     cell = nodes.container(classes=["cell"], nb_element="cell_code")
     cell += nodes.container("", nodes.literal_block(code, code), classes=["cell_input"])
     cell += nodes.container(classes=["cell_output"])
-    document += cell
+    own, own_bar = _cell({"tags": ["hide-input", "setup"]}, ["cell_code_source"])
+    printed = "fast profile (no GPU), cpu; switch: %env TRANSFORMER_BOOK_PROFILE=full"
+    own += nodes.container("", nodes.literal_block(printed, printed), classes=["cell_output"])
+    prose = nodes.paragraph("", "The section's first sentence.")
+    document.extend([cell, own, prose])
     book_site._on_doctree_resolved(None, document, "book/x")
-    note, bar, output = cell.children
-    assert "tt-colab-setup-note" in note["classes"] and book_site.SETUP_CLASS in cell["classes"]
-    assert isinstance(bar, HideCodeCellNode) and bar["prompt_show"] == "Show the install cell"
-    assert "cell_input" in bar.children[0]["classes"] and "cell_output" in output["classes"]
+    # on the page: one bar, then the section's first sentence
+    assert list(document.children) == [cell, prose] and book_site.SETUP_CLASS in cell["classes"]
+    (bar,) = cell.children
+    assert isinstance(bar, HideCodeCellNode)
+    assert (bar["prompt_show"], bar["prompt_hide"]) == ("Set-up: fast profile (no GPU), cpu", "Hide the set-up")
+    note, source, output, moved = bar.children
+    assert "tt-colab-setup-note" in note["classes"] and "cell_input" in source["classes"]
+    assert "cell_output" in output["classes"] and moved is own
+    # the section's set-up shows its code inside the bar, not behind a second one
+    assert own_bar not in own.children and not list(own.findall(HideCodeCellNode))
+
+
+def test_a_colab_set_up_cell_alone_folds_into_a_bar_without_a_profile(book_site: Any) -> None:
+    document = _document()
+    code = '%pip install --quiet "tested-transformer[book] @ git+https://example.org/repo@v1"'
+    cell = nodes.container(classes=["cell"], nb_element="cell_code")
+    cell += nodes.container("", nodes.literal_block(code, code), classes=["cell_input"])
+    other, _ = _cell({"tags": ["hide-input", "check"]}, ["cell_code_source"])
+    document.extend([cell, other])
+    book_site._on_doctree_resolved(None, document, "book/x")
+    assert list(document.children) == [cell, other]
+    assert cell.children[0]["prompt_show"] == "Show the set-up"
 
 
 def test_every_captioned_figure_gets_an_id_so_that_sphinx_numbers_it(book_site: Any) -> None:
