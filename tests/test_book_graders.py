@@ -706,3 +706,24 @@ def test_an_outer_timer_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def greedy_cache_not_passed(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
+                            pad_id: int) -> Tensor:
+    """Inside kv_cache, but next_token_logits is not given the cache: every new token at position 0."""
+    tokens = torch.full((src.size(0), 1), bos_id)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    with torch.no_grad(), kv_cache(model):
+        memory = model.encode(src, src_mask)
+        for _ in range(max_new_tokens):
+            chosen = next_token_logits(model, tokens[:, -1:], memory, src_mask).argmax(-1).masked_fill(finished, pad_id)
+            tokens = torch.cat([tokens, chosen[:, None]], dim=1)
+            finished |= chosen == eos_id
+            if bool(finished.all()):
+                break
+    return tokens[:, 1:]
+
+
+def test_the_position_zero_advice_fits_an_answer_that_forgets_to_pass_the_cache() -> None:
+    failure = grade_greedy_decode(greedy_cache_not_passed).failures[0]
+    assert failure.check == "positions_restart_at_zero" and "cache as its last argument" in failure.hint

@@ -199,8 +199,9 @@ def _uses_the_cache(setting: _Setting) -> None:
         if not any(starts):
             raise Problem("positions_restart_at_zero", f"the new tokens were placed at positions {starts}, not "
                           f"{right}: each step looks like the first to the positional encoding", example=example,
-                          hint="pass start=cache.length to model.decode (next_token_logits does it for you); "
-                               "chapter 6's pitfall 'new tokens at position 0'")
+                          hint="give next_token_logits the cache as its last argument, next_token_logits(model, "
+                               "newest, memory, src_mask, cache): it places the new token at cache.length (with "
+                               "model.decode, pass start=cache.length); chapter 6's pitfall 'new tokens at position 0'")
         shift = {s - r for s, r in zip(starts, right)}
         says = (f"every token sits {shift.pop():+d} from its own position (<bos> is at 0, the token of step t at t)"
                 if len(shift) == 1 else "the positions do not count up one per step from 0")
