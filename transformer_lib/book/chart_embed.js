@@ -36,8 +36,9 @@
     return !!document.body && document.body.getAttribute("data-jp-theme-light") === "false";  // JupyterLab
   }
   // A chart fits its column: on a narrow screen a single view is redrawn narrower (its title wrapped
-  // onto lines, its legend below), and a chart that still does not fit (a concatenation, a facet) is
-  // scaled down to the column; text drawn past the plot's edge is kept in the drawing (fit()).
+  // onto lines, its legend below), a chart of panels side by side has them stacked (stacked()), and a
+  // chart that still does not fit is scaled down to the column; text drawn past the plot's edge is
+  // kept in the drawing (fit()).
   // "data-tt-room" records the width it was fitted to.
   var ACTIONS_PAD = 38;  // vega-embed's padding for its "..." menu
   function single(s) {
@@ -71,6 +72,38 @@
     var config = Object.assign({}, s.config);
     config.legend = Object.assign({orient: "bottom"}, config.legend);
     copy.config = config;
+    return copy;
+  }
+  // A chart of panels side by side (hconcat, concat, a facet by column) that is too wide: its panels
+  // stacked, one under the other, each at its own size and text (issue 44: a phone scaled 72 heads'
+  // panels to text 6 px high). null when it has no panels side by side.
+  function stacked(s) {
+    var copy = Object.assign({}, s), e = s.encoding || {};
+    if (s.hconcat) { copy.vconcat = s.hconcat; delete copy.hconcat; }
+    else if (s.concat && s.columns !== 1) copy.columns = 1;
+    else if (s.facet && s.facet.column && !s.facet.row) {
+      copy.facet = Object.assign({}, s.facet, {row: s.facet.column}); delete copy.facet.column;
+    } else if ((s.facet || s.repeat || e.facet) && s.columns !== 1) copy.columns = 1;
+    else if (e.column && !e.row) {
+      copy.encoding = Object.assign({}, e, {row: e.column}); delete copy.encoding.column;
+    } else return null;
+    copy.config = Object.assign({}, s.config);
+    copy.config.legend = Object.assign({orient: "bottom"}, copy.config.legend);
+    return copy;
+  }
+  // Panels one under the other (vconcat) still too wide: each with a fixed width made narrower by
+  // `excess` px (not under 120), its legend below; null when none has a width to take from.
+  function narrowedPanels(s, excess) {
+    var changed = false;
+    var panels = s.vconcat.map(function (p) {
+      if (typeof p.width !== "number" || !single(p)) return p;
+      changed = true;
+      return Object.assign({}, p, {width: Math.max(120, p.width - excess)});
+    });
+    if (!changed) return null;
+    var copy = Object.assign({}, s, {vconcat: panels});
+    copy.config = Object.assign({}, s.config);
+    copy.config.legend = Object.assign({orient: "bottom"}, copy.config.legend);
     return copy;
   }
   var live = null, view = null, shown = null, fitted = null, shift = null;
@@ -123,8 +156,19 @@
     reveal(o);
     if (!tooWide()) return Promise.resolve();
     if (!single(spec)) {
-      box.classList.add("tt-altair-scaled");  // site.css scales the drawing to the column
-      return Promise.resolve();
+      var panels = stacked(first) || (first.vconcat ? first : null);
+      if (!panels) {
+        box.classList.add("tt-altair-scaled");  // site.css scales the drawing to the column
+        return Promise.resolve();
+      }
+      return (panels === first ? Promise.resolve() : embed(panels, opts)).then(function () {
+        reveal(overhang());
+        if (!tooWide()) return null;
+        var narrower = narrowedPanels(panels, live.scrollWidth - box.clientWidth + 4);
+        return narrower ? embed(narrower, opts).then(function () { reveal(overhang()); }) : null;
+      }).then(function () {
+        if (tooWide()) box.classList.add("tt-altair-scaled");
+      });
     }
     return embed(narrowed(first, room), opts).then(function () {
       var o = overhang();

@@ -288,32 +288,26 @@ def training_curves_chart(history: dict[str, list[dict[str, float]]], title: str
 
 
 # --- The architecture map that opens every chapter -----------------------------------------------
+#
+# Drawn for a phone's column: 4.3 inches wide, every text 8.8 pt. Shown 342 px wide on a 390 px phone,
+# the smallest text is 9.3 px high (tests/test_site.py measures it on every landing page); on a laptop
+# the drawing is shown at its own size. Coordinates are inches from the bottom left.
 
+# The boxes of each column, bottom up: (label, component, height in lines). Column 0 is the encoder,
+# column 1 the decoder.
+_LAYERS = {
+    0: [("multi-head self-attention", "attention", 2), ("add & norm", "blocks", 1), ("feed-forward", "blocks", 1),
+        ("add & norm", "blocks", 1)],
+    1: [("masked multi-head attention", "attention", 2), ("add & norm", "blocks", 1),
+        ("multi-head cross-attention", "attention", 2), ("add & norm", "blocks", 1), ("feed-forward", "blocks", 1),
+        ("add & norm", "blocks", 1)],
+}
+_INPUTS = [("token embedding", "embeddings", 1), ("+ positional encoding", "embeddings", 1)]
+_OUTPUTS = [("linear to vocabulary size", "blocks", 1), ("softmax: probabilities", "training", 1)]
 
-# Boxes of the architecture diagram: (column, row, label, component). Column 0 is the encoder,
-# column 1 the decoder; rows go upwards.
-_ARCHITECTURE = [
-    (0, 0, "token embedding", "embeddings"),
-    (0, 1, "+ positional encoding", "embeddings"),
-    (0, 2.5, "multi-head self-attention", "attention"),
-    (0, 3.5, "add & norm", "blocks"),
-    (0, 4.5, "feed-forward", "blocks"),
-    (0, 5.5, "add & norm", "blocks"),
-    (1, 0, "token embedding", "embeddings"),
-    (1, 1, "+ positional encoding", "embeddings"),
-    (1, 2.5, "masked multi-head attention", "attention"),
-    (1, 3.5, "add & norm", "blocks"),
-    (1, 4.5, "multi-head cross-attention", "attention"),
-    (1, 5.5, "add & norm", "blocks"),
-    (1, 6.5, "feed-forward", "blocks"),
-    (1, 7.5, "add & norm", "blocks"),
-    (1, 9, "linear to vocabulary size", "blocks"),
-    (1, 10, "softmax: probabilities", "training"),
-]
-
-
-# Which masks each attention sees, drawn as tags beside it: (column, row, text).
-_MASK_TAGS = [(0, 2.5, "padding\nmask"), (1, 2.5, "causal & padding mask"), (1, 4.5, "padding mask (source)")]
+# The masks each attention sees, as tags on the arrow into it: (column, index in _LAYERS, text).
+_MASK_TAGS = [(0, 0, "padding mask (ch. 2)"), (1, 0, "causal & padding mask (ch. 2)"),
+              (1, 2, "padding mask (source, ch. 2)")]
 
 
 ARCHITECTURE_CHAPTERS = {
@@ -330,12 +324,13 @@ def architecture_diagram(highlight: Sequence[str] = (), ax: Axes | None = None) 
     """The encoder-decoder Transformer (Vaswani et al. 2017, figure 1) with chosen parts highlighted.
 
     Each chapter opens with this picture, highlighting what it builds. Every box is tagged with
-    the chapter that builds it.
+    the chapter that builds it, and every attention with the masks it sees. Drawn for a phone's column
+    (4.3 by 6.65 inches, text of 8.8 pt).
 
     Args:
         highlight: any of ``"attention"``, ``"masks"``, ``"embeddings"``, ``"blocks"``,
             ``"training"``, ``"decoding"`` (the keys of ``ARCHITECTURE_CHAPTERS``).
-        ax: where to draw (default: a new figure).
+        ax: where to draw (default: a new figure); its limits are set to the drawing's, in inches.
 
     Returns:
         The matplotlib ``Axes``.
@@ -346,23 +341,30 @@ def architecture_diagram(highlight: Sequence[str] = (), ax: Axes | None = None) 
     if unknown:
         raise ValueError(f"unknown parts {sorted(unknown)}; choose from {sorted(ARCHITECTURE_CHAPTERS)}")
     if ax is None:
-        _, ax = plt.subplots(figsize=(9.0, 6.6))
-    _draw_layer_frames(ax)
-    _draw_boxes(ax, highlight)
-    _draw_inputs_and_memory(ax)
+        figure = plt.figure(figsize=(_WIDTH, _HEIGHT))
+        ax = figure.add_axes((0, 0, 1, 1))
+    chapter_of = {part: label.split()[0] for part, label in ARCHITECTURE_CHAPTERS.items()}
+    tops = {}
+    for column, tokens in ((0, "source tokens"), (1, "target tokens (shifted right)")):
+        tops[column] = _draw_column(ax, column, tokens, highlight, chapter_of)
+    _draw_memory(ax, tops)
     lit = "training" in highlight or "decoding" in highlight
-    ax.text(_CENTRE[1], 11.1, "training: the loss (ch. 5)  ·  decoding: greedy and beam search (ch. 6)",
-            ha="center", va="center", fontsize=8, color=_INK, bbox=dict(boxstyle="round,pad=0.35", **_box_style(lit)))
-    _arrow(ax, [(_CENTRE[1], 10 + _BOX_HEIGHT / 2 + 0.02), (_CENTRE[1], 10.8)])
-    _draw_mask_tags(ax, lit="masks" in highlight)
-    ax.set_xlim(-1.9, 13.7)
-    ax.set_ylim(-1.2, 11.6)
+    y = _OUTPUT_TOP + _GAP + 0.27
+    ax.text(_WIDTH / 2, y, "training: the loss (ch. 5)\ndecoding: greedy and beam search (ch. 6)", ha="center",
+            va="center", fontsize=_FONT, color=_INK, linespacing=1.3,
+            bbox=dict(boxstyle="round,pad=0.35", **_box_style(lit)))
+    _arrow(ax, [(_CENTRE[1], _OUTPUT_TOP + 0.02), (_CENTRE[1], y - 0.25)])
+    ax.set_xlim(0, _WIDTH)
+    ax.set_ylim(0, _HEIGHT)
     ax.axis("off")
     return ax
 
 
-# Geometry and colours of the architecture diagram: box size, the x of each column's centre.
-_BOX_WIDTH, _BOX_HEIGHT, _CENTRE = 4.6, 0.62, {0: 2.6, 1: 8.8}
+# Geometry and colours of the architecture diagram (inches, points).
+_WIDTH, _HEIGHT, _FONT = 4.3, 6.65, 8.8
+_BOX_WIDTH, _LINE_HEIGHT, _GAP, _TAG_ROOM = 2.0, 0.27, 0.13, 0.34
+_CENTRE = {0: 1.05, 1: 3.25}
+_OUTPUT_TOP = 5.8  # the top of the decoder's softmax box (computed by _draw_column; checked there)
 
 
 _LIT, _UNLIT, _EDGE, _FAINT, _INK, _LINE = "#f6ad55", "#edf2f7", "#2d3748", "#a0aec0", "#1a202c", "#4a5568"
@@ -375,64 +377,82 @@ def _box_style(lit: bool) -> dict[str, Any]:
 def _arrow(ax: Axes, points: list[tuple[float, float]], head: bool = True) -> None:
     """A line through ``points``, with an arrow head at the last one."""
     xs, ys = zip(*points)
-    ax.plot(xs, ys, color=_LINE, lw=0.9, solid_capstyle="round")
+    ax.plot(xs, ys, color=_LINE, lw=0.9, solid_capstyle="round", zorder=1)
     if head:
-        ax.annotate("", xy=points[-1], xytext=points[-2], arrowprops=dict(arrowstyle="->", color=_LINE, lw=0.9))
+        ax.annotate("", xy=points[-1], xytext=points[-2], arrowprops=dict(arrowstyle="->", color=_LINE, lw=0.9),
+                    zorder=1)
 
 
-def _draw_layer_frames(ax: Axes) -> None:
-    """The dashed frames of the stacked layers, drawn first so that boxes sit on top."""
+def _box(ax: Axes, column: int, bottom: float, label: str, part: str, lines: int, lit: bool, chapter: str) -> float:
+    """One component's box from ``bottom`` up, its label and the chapter that builds it (beside the
+    label, or under it in a box of two lines); returns its top."""
     from matplotlib.patches import FancyBboxPatch
 
-    for column, (bottom, top, name) in {0: (1.9, 6.4, "encoder layer × N"), 1: (1.9, 8.4, "decoder layer × N")}.items():
-        ax.add_patch(
-            FancyBboxPatch(
-                (_CENTRE[column] - _BOX_WIDTH / 2 - 0.3, bottom), _BOX_WIDTH + 0.6, top - bottom,
-                boxstyle="round,pad=0.02,rounding_size=0.2", facecolor="none", edgecolor=_FAINT, linestyle="--",
-            )
-        )
-        ax.text(_CENTRE[column] - _BOX_WIDTH / 2 - 0.2, top - 0.08, name, ha="left", va="top", fontsize=7.5, color=_LINE)
+    x, height = _CENTRE[column], lines * _LINE_HEIGHT
+    ax.add_patch(FancyBboxPatch((x - _BOX_WIDTH / 2, bottom), _BOX_WIDTH, height,
+                                boxstyle="round,pad=0.0,rounding_size=0.06", zorder=2, **_box_style(lit)))
+    middle = bottom + height / 2
+    if lines == 1:
+        ax.text(x - 0.18, middle, label, ha="center", va="center", fontsize=_FONT, color=_INK, zorder=3)
+        ax.text(x + _BOX_WIDTH / 2 - 0.06, middle, f"ch. {chapter}", ha="right", va="center", fontsize=_FONT,
+                color=_LINE, zorder=3)
+    else:
+        ax.text(x, middle + _LINE_HEIGHT / 2 - 0.02, label, ha="center", va="center", fontsize=_FONT, color=_INK, zorder=3)
+        ax.text(x, middle - _LINE_HEIGHT / 2 + 0.03, f"ch. {chapter}", ha="center", va="center", fontsize=_FONT,
+                color=_LINE, zorder=3)
+    return bottom + height
 
 
-def _draw_boxes(ax: Axes, highlight: Sequence[str]) -> None:
-    """Each component's box, tagged with its chapter, and the arrows between boxes of a column."""
+def _draw_column(ax: Axes, column: int, tokens: str, highlight: Sequence[str], chapter_of: dict[str, str]) -> dict:
+    """A column bottom up: its tokens, embedding boxes, the layer (framed, its attentions' mask tags on
+    the arrows into them), and for the decoder the output boxes. Returns the tops of its layer's boxes."""
     from matplotlib.patches import FancyBboxPatch
 
-    chapter_of = {part: label.split()[0] for part, label in ARCHITECTURE_CHAPTERS.items()}
-    rows: dict[int, list[float]] = {0: [], 1: []}
-    for column, row, text, part in _ARCHITECTURE:
-        x = _CENTRE[column]
-        ax.add_patch(
-            FancyBboxPatch((x - _BOX_WIDTH / 2, row - _BOX_HEIGHT / 2), _BOX_WIDTH, _BOX_HEIGHT,
-                           boxstyle="round,pad=0.02,rounding_size=0.12", **_box_style(part in highlight))
-        )
-        ax.text(x - 0.3, row, text, ha="center", va="center", fontsize=8.2, color=_INK)
-        ax.text(x + _BOX_WIDTH / 2 - 0.1, row, f"ch. {chapter_of[part]}", ha="right", va="center", fontsize=6.5,
-                color=_LINE)
-        rows[column].append(row)
-    for column, ys in rows.items():
-        for y0, y1 in zip(ys, ys[1:]):
-            _arrow(ax, [(_CENTRE[column], y0 + _BOX_HEIGHT / 2 + 0.02), (_CENTRE[column], y1 - _BOX_HEIGHT / 2 - 0.02)])
+    x = _CENTRE[column]
+    ax.text(x, 0.12, tokens, ha="center", va="center", fontsize=_FONT, color=_INK)
+    y, previous = 0.32, 0.22
+    for label, part, lines in _INPUTS:
+        _arrow(ax, [(x, previous), (x, y)])
+        previous = _box(ax, column, y, label, part, lines, part in highlight, chapter_of[part])
+        y = previous + _GAP
+    frame_bottom = y - 0.05
+    y += 0.05
+    tags = {index: text for c, index, text in _MASK_TAGS if c == column}
+    layer_tops = []
+    for index, (label, part, lines) in enumerate(_LAYERS[column]):
+        if index in tags:
+            y += _TAG_ROOM
+            ax.text(x, y - _TAG_ROOM / 2 - _GAP / 2 + 0.02, tags[index], ha="center", va="center", fontsize=_FONT,
+                    color=_INK, zorder=3, bbox=dict(boxstyle="round,pad=0.2", **_box_style("masks" in highlight)))
+        _arrow(ax, [(x, previous), (x, y)])
+        previous = _box(ax, column, y, label, part, lines, part in highlight, chapter_of[part])
+        layer_tops.append(previous)
+        y = previous + _GAP
+    frame_top = y + 0.22
+    ax.add_patch(FancyBboxPatch((x - _BOX_WIDTH / 2 - 0.04, frame_bottom), _BOX_WIDTH + 0.08, frame_top - frame_bottom,
+                                boxstyle="round,pad=0.0,rounding_size=0.1", facecolor="none", edgecolor=_FAINT,
+                                linestyle="--", zorder=0))
+    ax.text(x - _BOX_WIDTH / 2 + 0.02, frame_top - 0.05, f"{'encoder' if column == 0 else 'decoder'} layer × N",
+            ha="left", va="top", fontsize=_FONT, color=_LINE)
+    if column == 1:
+        y = frame_top + 0.12
+        for label, part, lines in _OUTPUTS:
+            _arrow(ax, [(x, previous), (x, y)])
+            previous = _box(ax, column, y, label, part, lines, part in highlight, chapter_of[part])
+            y = previous + _GAP
+        if abs(previous - _OUTPUT_TOP) > 1e-9:
+            raise AssertionError(f"architecture_diagram: the softmax box ends at {previous:.2f}, _OUTPUT_TOP says {_OUTPUT_TOP}")
+    return {"layer_tops": layer_tops, "frame_top": frame_top}
 
 
-def _draw_inputs_and_memory(ax: Axes) -> None:
-    """The input tokens, and the encoder's output (memory) into every decoder layer's cross-attention."""
-    ax.text(_CENTRE[0], -0.85, "source tokens", ha="center", va="center", fontsize=8.5)
-    ax.text(_CENTRE[1], -0.85, "target tokens (shifted right)", ha="center", va="center", fontsize=8.5)
-    for column in (0, 1):
-        _arrow(ax, [(_CENTRE[column], -0.65), (_CENTRE[column], -_BOX_HEIGHT / 2 - 0.02)])
-    cross_x = (_CENTRE[0] + _BOX_WIDTH / 2 + 0.3 + _CENTRE[1] - _BOX_WIDTH / 2 - 0.3) / 2
-    _arrow(ax, [(_CENTRE[0], 5.5 + _BOX_HEIGHT / 2 + 0.02), (_CENTRE[0], 6.9), (cross_x, 6.9), (cross_x, 4.5),
-                (_CENTRE[1] - _BOX_WIDTH / 2 - 0.02, 4.5)])
-    ax.text(_CENTRE[0] + 0.15, 6.98, "memory (B, S, D)", ha="left", va="bottom", fontsize=7.5, color=_LINE)
-
-
-def _draw_mask_tags(ax: Axes, lit: bool) -> None:
-    """Which masks each attention sees, as tags beside it."""
-    for column, row, text in _MASK_TAGS:
-        if column == 0:
-            x, ha = _CENTRE[0] - _BOX_WIDTH / 2 - 0.45, "right"
-        else:
-            x, ha = _CENTRE[1] + _BOX_WIDTH / 2 + 0.45, "left"
-        ax.text(x, row, f"{text}\n(ch. 2)", ha=ha, va="center", fontsize=7, color=_INK,
-                bbox=dict(boxstyle="round,pad=0.3", **_box_style(lit)))
+def _draw_memory(ax: Axes, tops: dict[int, dict]) -> None:
+    """The encoder's output (memory) into every decoder layer's cross-attention, between the columns."""
+    encoder_top = tops[0]["layer_tops"][-1]
+    above = tops[0]["frame_top"] + 0.28
+    between = (_CENTRE[0] + _CENTRE[1]) / 2
+    cross_index = [label for label, _, _ in _LAYERS[1]].index("multi-head cross-attention")
+    cross_middle = tops[1]["layer_tops"][cross_index] - _LINE_HEIGHT  # the middle of its two lines
+    _arrow(ax, [(_CENTRE[0], encoder_top), (_CENTRE[0], above), (between, above), (between, cross_middle),
+                (_CENTRE[1] - _BOX_WIDTH / 2 - 0.01, cross_middle)])
+    ax.text(_CENTRE[0] - _BOX_WIDTH / 2 + 0.02, above + 0.05, "memory (B, S, D)", ha="left", va="bottom",
+            fontsize=_FONT, color=_LINE)
