@@ -3,6 +3,7 @@
     train        transformer-train (python -m transformer_lib.cli.train): train, resume, evaluate, write results
     translate    transformer-translate (python -m transformer_lib.cli.translate): translate, n-best, BLEU/chrF
     export       python -m transformer_lib.cli.export: a run's model as the shipped pretrained file
+    onnx_export  python -m transformer_lib.cli.onnx_export: the shipped model as ONNX for onnxruntime(-web)
     nbest        the translate command's files (stdin, .gz) and its Moses-format n-best lists
     interrupt    Ctrl-C/SIGTERM: finish the step, checkpoint, exit 130/143; a second one stops at once
     logs         metrics.jsonl while training, TensorBoard if asked
