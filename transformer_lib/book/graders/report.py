@@ -253,7 +253,7 @@ class Grading:
         # Grading draws no numbers from the global generator: a notebook's later cells get the same
         # random numbers whether or not the reader ran a grader (the reader's code runs inside too).
         self._random_state.__enter__()
-        _GRADINGS.append(self)
+        _running().append(self)
         return self
 
     def __exit__(self, kind: type | None, error: BaseException | None, traceback: Any) -> bool:
@@ -261,7 +261,7 @@ class Grading:
             if kind is None or kind is _Stop:
                 self._whole_run_checks(stopped=kind is _Stop)
         finally:
-            _GRADINGS.remove(self)
+            _running().remove(self)
             self._random_state.__exit__(kind, error, traceback)
         return kind is _Stop
 
@@ -324,7 +324,14 @@ class Grading:
         )
 
 
-_GRADINGS: list[Grading] = []  # the gradings running now, innermost last
+_THREAD = threading.local()
+
+
+def _running() -> list[Grading]:
+    """The gradings running now in this thread, innermost last."""
+    if not hasattr(_THREAD, "gradings"):
+        _THREAD.gradings = []
+    return _THREAD.gradings
 
 
 @contextmanager
@@ -483,7 +490,7 @@ def call(fn: Callable[..., Any], *args: Any, what: str, example: str = "", grad:
     """
     copies = [_copy(a) for a in args]
     kw_copies = {k: _copy(v) for k, v in kwargs.items()}
-    grading = _GRADINGS[-1] if _GRADINGS else None
+    grading = _running()[-1] if _running() else None
     try:
         with _grad(grad), _guarded(grading):
             result = fn(*copies, **kw_copies)
