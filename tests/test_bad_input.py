@@ -56,8 +56,10 @@ def run(cli, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return code, capsys.readouterr().err
 
 
-def assert_one_line_error(code: int, err: str, *names: str) -> None:
-    assert code == 2, err
+def assert_one_line_error(code: int, err: str, *names: str, status: int = 2) -> None:
+    """One line ``error: ...`` naming ``names``, and the exit status: 2 for a bad command line, 1 for a
+    run that failed (a missing or bad file, input the model cannot take, a diverged run; issue 46)."""
+    assert code == status, (code, err)
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if not line.startswith(("warning: ", "info: "))]
     assert len(lines) == 1 and lines[0].startswith("error: "), err
@@ -148,13 +150,13 @@ def test_train_debug_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Mon
         train.cli([*TOY, "--out", str(tmp_path / "x"), "--lr", "-1"])
 
 
-def test_the_module_command_line_exits_2_without_a_traceback(tmp_path: Path) -> None:
-    for module, argv in (
-        ("transformer_lib.cli.train", [*TOY, "--out", str(tmp_path / "x"), "--lr", "inf"]),
-        ("transformer_lib.cli.translate", ["--checkpoint", str(tmp_path / "missing.pt"), "Hallo"]),
+def test_the_module_command_line_exits_2_or_1_without_a_traceback(tmp_path: Path) -> None:
+    for module, argv, status in (
+        ("transformer_lib.cli.train", [*TOY, "--out", str(tmp_path / "x"), "--lr", "inf"], 2),  # a bad command line
+        ("transformer_lib.cli.translate", ["--checkpoint", str(tmp_path / "missing.pt"), "Hallo"], 1),  # a failed run
     ):
         result = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=300)
-        assert result.returncode == 2, result.stderr
+        assert result.returncode == status, result.stderr
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
         assert "Traceback" not in result.stderr
 
@@ -164,7 +166,7 @@ def test_the_module_command_line_exits_2_without_a_traceback(tmp_path: Path) -> 
 
 def test_missing_multi30k_folder(tmp_path: Path, capsys) -> None:
     code, err = run(train.cli, ["--task", "multi30k", "--out", str(tmp_path / "o"), "--data-dir", str(tmp_path / "nowhere")], capsys)
-    assert_one_line_error(code, err, str(tmp_path / "nowhere"))
+    assert_one_line_error(code, err, str(tmp_path / "nowhere"), status=1)
 
 
 def test_corrupt_multi30k_files(tmp_path: Path, capsys) -> None:
@@ -173,7 +175,7 @@ def test_corrupt_multi30k_files(tmp_path: Path, capsys) -> None:
     for name in MULTI30K_SHA256:
         (folder / name).write_bytes(b"not the data")
     code, err = run(train.cli, ["--task", "multi30k", "--out", str(tmp_path / "o"), "--data-dir", str(folder)], capsys)
-    assert_one_line_error(code, err, "SHA-256")
+    assert_one_line_error(code, err, "SHA-256", status=1)
 
 
 @pytest.mark.parametrize("content", [b"plain text, not torch", None], ids=["not-prepared-data", "missing"])
@@ -182,14 +184,14 @@ def test_data_option_that_is_not_prepared_data(tmp_path: Path, capsys, content: 
     if content is not None:
         path.write_bytes(content)
     code, err = run(train.cli, ["--task", "multi30k", "--out", str(tmp_path / "o"), "--data", str(path)], capsys)
-    assert_one_line_error(code, err, str(path), "prepare-only")
+    assert_one_line_error(code, err, str(path), "prepare-only", status=1)
     assert "weights_only=False" not in err  # torch's advice to unpickle an unknown file is not repeated
 
 
 def test_unwritable_out(tmp_path: Path, capsys) -> None:
     (tmp_path / "a-file").write_text("x")
     code, err = run(train.cli, [*TOY, "--out", str(tmp_path / "a-file" / "run")], capsys)
-    assert_one_line_error(code, err, "a-file")
+    assert_one_line_error(code, err, "a-file", status=1)
 
 
 def test_full_disk_keeps_the_previous_checkpoint(run_copy: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,7 +202,7 @@ def test_full_disk_keeps_the_previous_checkpoint(run_copy: Path, capsys, monkeyp
 
     monkeypatch.setattr(torch, "save", disk_full)
     code, err = run(train.cli, [*TOY, "--max-steps", "6", "--eval-every", "2", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, "checkpoint.pt")
+    assert_one_line_error(code, err, "checkpoint.pt", status=1)
     assert (run_copy / "checkpoint.pt").read_bytes() == before
     assert not list(run_copy.glob(".*.tmp"))
 
@@ -215,7 +217,7 @@ def test_stale_temporary_files_are_removed_on_the_next_start(run_copy: Path) -> 
 def test_a_second_run_into_a_locked_folder_is_refused(run_copy: Path, capsys) -> None:
     with FileLock(run_copy / ".lock"):  # another run holds the folder
         code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, str(run_copy))
+    assert_one_line_error(code, err, str(run_copy), status=1)
 
 
 def test_restart_moves_earlier_results_aside(run_copy: Path) -> None:
@@ -243,13 +245,13 @@ def test_resume_refuses_changed_settings_and_names_each(run_copy: Path, capsys) 
     assert_one_line_error(
         code, err, f"--lr 0.5 (the checkpoint has {toy['lr']:g})", f"--batch-size 8 (the checkpoint has {toy['batch_size']})",
         "--seed 7 (the checkpoint has 0)", "--dropout 0.3 (the checkpoint has 0.0)", "--preset multi30k", "--restart",
-    )
+    , status=1)
     assert load_checkpoint(run_copy / "checkpoint.pt")["step"] == 4  # untouched
 
 
 def test_resume_refuses_fewer_steps_than_done(run_copy: Path, capsys) -> None:
     code, err = run(train.cli, [*TOY, "--max-steps", "2", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, "step 4", "2 steps", "--max-steps")
+    assert_one_line_error(code, err, "step 4", "2 steps", "--max-steps", status=1)
 
 
 def test_resume_honours_more_steps(run_copy: Path) -> None:
@@ -264,7 +266,7 @@ def test_a_misspelled_setting_in_a_checkpoint_is_an_error_not_ignored(run_copy: 
     run_settings["warmup"] = run_settings.pop("warmup_steps")
     save_checkpoint(run_copy / "checkpoint.pt", {**checkpoint, "run": run_settings})
     code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, "'warmup'")
+    assert_one_line_error(code, err, "'warmup'", status=1)
 
 
 def _as_format_1(checkpoint: dict) -> dict:
@@ -286,12 +288,12 @@ def test_a_format_1_checkpoint_translates_but_does_not_resume(run_copy: Path, ca
     assert before == translate.main(["--checkpoint", str(run_copy / "checkpoint.pt"), "--device", "cpu", "1 2 3"]) == 0
     assert capsys.readouterr().out == expected
     code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, "checkpoint.pt", "format 1", "--restart")
+    assert_one_line_error(code, err, "checkpoint.pt", "format 1", "--restart", status=1)
 
 
 def test_resume_refuses_another_task(run_copy: Path, capsys) -> None:
     code, err = run(train.cli, ["--task", "copy", "--out", str(run_copy), "--no-progress"], capsys)
-    assert_one_line_error(code, err, "'reverse'", "--task", "'copy'")
+    assert_one_line_error(code, err, "'reverse'", "--task", "'copy'", status=1)
 
 
 # --- 4. Non-finite training and corrupt checkpoints ------------------------------------------------
@@ -310,7 +312,7 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(run_copy: Path
 
     monkeypatch.setattr(Trainer, "train_step", poisoned)
     code, err = run(train.cli, [*TOY, "--max-steps", "8", "--eval-every", "2", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, "step", "NaN", "checkpoint.pt")
+    assert_one_line_error(code, err, "step", "NaN", "checkpoint.pt", status=1)
     assert (run_copy / "checkpoint.pt").read_bytes() == before
 
 
@@ -321,9 +323,9 @@ def test_a_corrupt_checkpoint_is_refused_by_resume_and_translate(run_copy: Path,
     data[middle : middle + 400] = bytes(b ^ 0xFF for b in data[middle : middle + 400])
     path.write_bytes(bytes(data))
     code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_copy)], capsys)
-    assert_one_line_error(code, err, str(path), "SHA-256")
+    assert_one_line_error(code, err, str(path), "SHA-256", status=1)
     code, err = run(translate.main, ["--checkpoint", str(path), "--device", "cpu", "1 2 3"], capsys)
-    assert_one_line_error(code, err, str(path), "SHA-256")
+    assert_one_line_error(code, err, str(path), "SHA-256", status=1)
 
 
 def test_a_changed_tensor_fails_the_checksum(trained: Path, tmp_path: Path) -> None:
@@ -350,7 +352,7 @@ def test_a_checkpoint_config_out_of_bounds_is_refused(trained: Path, tmp_path: P
     checkpoint["model_config"][field] = value
     save_checkpoint(tmp_path / "odd.pt", checkpoint)  # a valid file, with a valid checksum
     code, err = run(translate.main, ["--checkpoint", str(tmp_path / "odd.pt"), "--device", "cpu", "1 2"], capsys)
-    assert_one_line_error(code, err, "odd.pt", *named)
+    assert_one_line_error(code, err, "odd.pt", *named, status=1)
 
 
 def test_train_config_refuses_an_infinite_rate() -> None:
@@ -374,7 +376,7 @@ TRANSLATE_CASES = [
 @pytest.mark.parametrize(("argv", "names"), TRANSLATE_CASES, ids=[" ".join(a)[:30] for a, _ in TRANSLATE_CASES])
 def test_translate_rejects_bad_input_in_one_line(trained: Path, capsys, argv: list[str], names: list[str]) -> None:
     code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), *argv], capsys)
-    assert_one_line_error(code, err, *names)
+    assert_one_line_error(code, err, *names, status=1)
 
 
 @NO_CUDA
@@ -390,7 +392,7 @@ def test_translate_checkpoint_that_is_missing_or_not_one(tmp_path: Path, capsys,
     if content is not None:
         path.write_bytes(content)
     code, err = run(translate.main, ["--checkpoint", str(path), "--device", "cpu", "1 2"], capsys)
-    assert_one_line_error(code, err, str(path))
+    assert_one_line_error(code, err, str(path), status=1)
 
 
 @pytest.fixture(scope="module")
@@ -675,7 +677,7 @@ def test_the_edited_checkpoints_load_when_left_alone(trained: Path, tmp_path: Pa
 def test_translate_reports_an_inconsistent_checkpoint_in_one_line(trained: Path, tmp_path: Path, capsys) -> None:
     path = _odd(trained, tmp_path, lambda c: c["model_config"].update(pad_id=5))
     code, err = run(translate.main, ["--checkpoint", str(path), "--device", "cpu", "1 2"], capsys)
-    assert_one_line_error(code, err, str(path), "pad_id")
+    assert_one_line_error(code, err, str(path), "pad_id", status=1)
 
 
 def test_a_pickle_that_runs_code_is_refused_without_advising_weights_only_false(tmp_path: Path) -> None:
@@ -819,7 +821,7 @@ def test_resuming_from_a_checkpoint_with_a_truncated_random_state_is_one_line(tr
     save_checkpoint(run_dir / "checkpoint.pt", checkpoint)
     before = (run_dir / "checkpoint.pt").read_bytes()
     code, err = run(train.cli, [*TOY, "--max-steps", "6", "--out", str(run_dir)], capsys)
-    assert_one_line_error(code, err, "checkpoint.pt", "rng_state['torch']")
+    assert_one_line_error(code, err, "checkpoint.pt", "rng_state['torch']", status=1)
     assert (run_dir / "checkpoint.pt").read_bytes() == before
 
 
@@ -887,7 +889,7 @@ def test_export_refuses_to_replace_a_model_of_another_task(trained: Path, shippe
     """The reverse toy run over the de->en model: `--pretrained "1 2 3"` printed `3 2 1` after it."""
     before = _unchanged(shipped_copy)
     code, err = _export(capsys, trained, shipped_copy)
-    assert_one_line_error(code, err, str(shipped_copy), "'multi30k'", "de->en", "'reverse'")
+    assert_one_line_error(code, err, str(shipped_copy), "'multi30k'", "de->en", "'reverse'", status=1)
     assert _unchanged(shipped_copy) == before
     pretrained.load(shipped_copy)  # still loads, checksum and all
 
@@ -896,7 +898,7 @@ def test_export_refuses_to_replace_a_file_that_is_not_a_model(trained: Path, tmp
     out = tmp_path / "notes.txt"
     out.write_text("my notes\n")
     code, err = _export(capsys, trained, out)
-    assert_one_line_error(code, err, str(out))
+    assert_one_line_error(code, err, str(out), status=1)
     assert out.read_text() == "my notes\n"
 
 
@@ -907,7 +909,7 @@ def test_an_export_over_the_size_limit_leaves_the_file_it_would_replace(trained:
     before = _unchanged(out)
     monkeypatch.setattr(pretrained, "MAX_BYTES", 1000)
     code, err = _export(capsys, trained, out)
-    assert_one_line_error(code, err, "1,000", f"{out.stat().st_size:,}")
+    assert_one_line_error(code, err, "1,000", f"{out.stat().st_size:,}", status=1)
     assert _unchanged(out) == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["SHA256SUMS", "reverse.safetensors", "tuning.json"]
     pretrained.load(out)
@@ -929,7 +931,7 @@ def test_export_refuses_an_unfinished_run(run_copy: Path, tmp_path: Path, capsys
     metrics.update(selection=None, final=None)  # what metrics.json holds between checkpoints, or after Ctrl-C
     (run_copy / "metrics.json").write_text(json.dumps(metrics))
     code, err = _export(capsys, run_copy, tmp_path / "out" / "m.safetensors")
-    assert_one_line_error(code, err, str(run_copy), "unfinished", str(metrics["steps"]))
+    assert_one_line_error(code, err, str(run_copy), "unfinished", str(metrics["steps"]), status=1)
     assert not (tmp_path / "out" / "m.safetensors").exists()
 
 
@@ -949,7 +951,7 @@ BAD_TUNING = [
 def test_export_refuses_a_bad_tuning_report_in_one_line(trained: Path, tmp_path: Path, capsys, tuning, named) -> None:
     out = tmp_path / "out" / "m.safetensors"
     code, err = _export(capsys, trained, out, tuning)
-    assert_one_line_error(code, err, *named)
+    assert_one_line_error(code, err, *named, status=1)
     assert not out.exists()
 
 
@@ -996,7 +998,7 @@ def test_input_that_is_not_utf8_on_a_strict_standard_input_is_named(trained: Pat
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="strict"))
     code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), "--device", "cpu"], capsys)
     line = len(data.splitlines())
-    assert_one_line_error(code, err, f"sentence {line}", "UTF-8")
+    assert_one_line_error(code, err, f"sentence {line}", "UTF-8", status=1)
 
 
 @pytest.mark.parametrize("value", ["false", "0", "no", "off", "False"])
@@ -1010,7 +1012,7 @@ def test_train_out_at_a_dangling_symbolic_link(tmp_path: Path, capsys) -> None:
     out = tmp_path / "link"
     out.symlink_to(tmp_path / "nowhere")
     code, err = run(train.cli, [*TOY, "--max-steps", "1", "--out", str(out)], capsys)
-    assert_one_line_error(code, err, str(out), str(tmp_path / "nowhere"))
+    assert_one_line_error(code, err, str(out), str(tmp_path / "nowhere"), status=1)
     assert out.is_symlink() and not (tmp_path / "nowhere").exists()
 
 
@@ -1018,7 +1020,7 @@ def test_train_out_that_is_a_file(tmp_path: Path, capsys) -> None:
     out = tmp_path / "notes.txt"
     out.write_text("mine\n")
     code, err = run(train.cli, [*TOY, "--max-steps", "1", "--out", str(out)], capsys)
-    assert_one_line_error(code, err, str(out))
+    assert_one_line_error(code, err, str(out), status=1)
     assert out.read_text() == "mine\n"
 
 
@@ -1055,7 +1057,7 @@ def test_resume_refuses_other_data_with_the_same_tokenizers(fixture_data: Prepar
                 "--no-progress", "--device", "cpu", "--bleu", "off", "--keep-weights", "0"]
     assert run(train.cli, [*run_args, "--data", str(first), "--max-steps", "2"], capsys)[0] == 0
     code, err = run(train.cli, [*run_args, "--data", str(other), "--max-steps", "4"], capsys)
-    assert_one_line_error(code, err, str(other), "--data", "--restart")
+    assert_one_line_error(code, err, str(other), "--data", "--restart", status=1)
     assert run(train.cli, [*run_args, "--data", str(first), "--max-steps", "4"], capsys)[0] == 0  # its own data resumes
 
 
@@ -1064,7 +1066,7 @@ def test_prepared_data_without_a_validation_split_is_one_line(fixture_data: Prep
                    text={"train": fixture_data.text["train"]})
     code, err = run(train.cli, ["--task", "multi30k", "--data", str(path), "--out", str(tmp_path / "run"), "--profile",
                                 "fast", "--max-steps", "1", "--no-progress", "--device", "cpu"], capsys)
-    assert_one_line_error(code, err, str(path), "'val'")
+    assert_one_line_error(code, err, str(path), "'val'", status=1)
 
 
 @pytest.mark.parametrize("side", [0, 1], ids=["sources", "references"])
@@ -1103,7 +1105,7 @@ def test_a_damaged_gz_input_is_one_line(trained: Path, tmp_path: Path, capsys, o
     extra = ["--ref", str(path)] if option == "--src" else []
     code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), "--device", "cpu", option, str(path),
                                      *extra], capsys)
-    assert_one_line_error(code, err, str(path))
+    assert_one_line_error(code, err, str(path), status=1)
 
 
 def test_a_damaged_multi30k_gz_names_the_file(tmp_path: Path) -> None:
@@ -1138,4 +1140,40 @@ def test_translate_refuses_a_beam_search_over_the_bound_in_one_line(trained: Pat
     argv = ["--checkpoint", str(trained / "checkpoint.pt"), "--device", "cpu", "--beam-size", "50", "--batch-size", "64",
             *(["--n-best", n_best] if n_best else []), "1 2", "3 4 5", "6"]
     code, err = run(translate.main, argv, capsys)
-    assert_one_line_error(code, err, "3 sentences", "beam 50", "5,000")
+    assert_one_line_error(code, err, "3 sentences", "beam 50", "5,000", status=1)
+
+
+def _rewritten_pretrained(tmp_path: Path, change) -> tuple[Path, str]:
+    """The shipped file written again with ``change(tensors, metadata)`` applied, and its SHA-256: a file
+    whose checksum is right but whose contents are not what this library writes."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(pretrained.shipped_path()), framework="pt") as file:
+        tensors = {name: file.get_tensor(name) for name in file.keys()}
+        metadata = dict(file.metadata())
+    change(tensors, metadata)
+    path = tmp_path / "given.safetensors"
+    save_file(tensors, str(path), metadata=metadata)
+    return path, pretrained.sha256_of(path)
+
+
+def _wrong_shape(tensors: dict, metadata: dict) -> None:
+    name = next(n for n, t in tensors.items() if t.dim() == 2)
+    tensors[name] = tensors[name][:, :-1].contiguous()
+
+
+@pytest.mark.parametrize("change, named", [
+    (_wrong_shape, "shape"),
+    (lambda tensors, metadata: metadata.pop("tied_parameters"), "tied_parameters"),
+    (lambda tensors, metadata: metadata.pop("task"), "task"),
+    (lambda tensors, metadata: metadata.update(model_config="{not json"), "model_config"),
+    (lambda tensors, metadata: metadata.update(decoding="{}"), "decoding"),
+])
+def test_a_pretrained_file_with_a_right_checksum_but_wrong_contents_is_one_clear_error(tmp_path: Path, change,
+                                                                                        named: str) -> None:
+    """Issue 43: a wrong-shape weight or missing metadata gave torch's RuntimeError or a KeyError."""
+    path, digest = _rewritten_pretrained(tmp_path, change)
+    with pytest.raises(pretrained.PretrainedError, match=named) as error:
+        pretrained.load(path, sha256=digest)
+    assert str(path) in str(error.value)

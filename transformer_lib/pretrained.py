@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from .checkpoint import CheckpointError, load_weights, read_json_fields
 from .config import TransformerConfig
 from .device import parse_device
 from .model import Transformer, upgrade_state_dict
@@ -137,13 +138,23 @@ def info(path: str | Path | None = None, sha256: str | None = None) -> Pretraine
     """The file's record (no weights are read); ``path`` defaults to the shipped file."""
     path = _checked(path, sha256)
     metadata = _metadata(path)
-    values = {name: json.loads(metadata[name]) for name in _JSON_FIELDS}
+    # A file whose checksum is right can still lack a field or carry a broken one (made by another
+    # tool, or an older writer): one PretrainedError naming the file and the field, not a KeyError.
+    try:
+        values = read_json_fields(metadata, _JSON_FIELDS, str(path))
+    except CheckpointError as error:
+        raise PretrainedError(str(error)) from None
+    if not isinstance(metadata.get("task"), str):
+        raise PretrainedError(f"{path} lacks the metadata field 'task' (it has {sorted(metadata)})")
     tuning = values["decoding"]
-    return PretrainedInfo(
-        path=path, config=TransformerConfig.from_dict(values["model_config"]), tokenizer=values["tokenizer"],
-        data=values["data"], run=values["run"], tuning=tuning,
-        decoding={"beam_size": tuning["chosen"]["beam_size"], "length_penalty": tuning["chosen"]["length_penalty"]},
-    )
+    try:
+        config = TransformerConfig.from_dict(values["model_config"])
+        chosen = tuning["chosen"]
+        decoding = {"beam_size": chosen["beam_size"], "length_penalty": chosen["length_penalty"]}
+    except (KeyError, TypeError, ValueError) as error:
+        raise PretrainedError(f"{path}: its model_config or decoding record is not usable ({error!r})") from None
+    return PretrainedInfo(path=path, config=config, tokenizer=values["tokenizer"], data=values["data"],
+                          run=values["run"], tuning=tuning, decoding=decoding)
 
 
 def load(path: str | Path | None = None, device: str | torch.device = "cpu", sha256: str | None = None) -> Translator:
@@ -158,7 +169,10 @@ def load(path: str | Path | None = None, device: str | torch.device = "cpu", sha
     for alias, name in json.loads(metadata["tied_parameters"]).items():
         state[alias] = state[name]  # tied and shared weights are stored once
     model = Transformer(record.config)
-    model.load_state_dict(upgrade_state_dict(state))
+    try:  # each weight's name and shape against the config, before torch's own error could list them all
+        load_weights(model, upgrade_state_dict(state), str(record.path))
+    except CheckpointError as error:
+        raise PretrainedError(str(error)) from None
     tokenizer = tokenizer_from_dict(record.tokenizer)
     return Translator(model.to(parse_device(device)).eval(), tokenizer, tokenizer, metadata["task"], dict(record.data),
                       decoding=dict(record.decoding))
