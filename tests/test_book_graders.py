@@ -568,6 +568,7 @@ CLASS_BUGS: list[tuple[Callable[..., GradeReport], Any, str]] = [
     (grade_attention, pitfalls.attention_unstable_softmax, "unstable_softmax"),
     (grade_masked_attention, pitfalls.attention_unstable_softmax, "unstable_softmax"),
     (grade_multi_head_attention, UnstableMHA, "large_scores"),
+    (grade_multi_head_attention, UnstableMHA, "half_precision"),
     (grade_label_smoothed_loss, loss_by_exp, "half_precision"),
     # gradient flow
     (grade_attention, pitfalls.attention_detached_weights, "weights_detached"),

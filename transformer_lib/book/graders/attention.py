@@ -442,6 +442,27 @@ def _mha_large_scores(setting: _Setting, state: dict[str, Any], matched: bool) -
                   example=example, matched=matched, atol=1e-2)
 
 
+def _mha_half_precision(setting: _Setting, state: dict[str, Any], matched: bool) -> None:
+    x = 3 * torch.randn(2, 3, setting.d_model, generator=torch.Generator().manual_seed(14))
+    example = (f"query = key = value: (2, 3, {setting.d_model}) random entries of scale 3, in float16; the "
+               "layer's weights in float16 too (module.half(), as mixed precision computes them)")
+    try:
+        module = copy.deepcopy(state["module"]).half()
+    except Exception as error:  # noqa: BLE001 (a layer that cannot be copied or converted)
+        raise Problem("half_precision", f"the layer could not be copied and converted to float16 "
+                      f"({type(error).__name__}: {error})", example=example,
+                      hint="keep every parameter and buffer a registered tensor (nn.Parameter, register_buffer)") from None
+    half = x.half()
+    got = setting.forward(module, half, half, half, example)
+    ref = copy.deepcopy(_mha_reference(setting, state)).double()
+    with torch.no_grad():
+        expected = ref(x.half().double(), x.half().double(), x.half().double())[0]
+    # float16 rounds the projections and scores (a few units) by about 5e-4 each: the output moves by
+    # about 7e-3 at most; 3e-2 is 4x that
+    expect_stable(got, expected, None, check="half_precision", situation="in float16 (mixed precision)",
+                  example=example, matched=matched, atol=3e-2)
+
+
 def _mha_gradients(setting: _Setting, state: dict[str, Any], matched: bool) -> None:
     x, memory, values = setting.x, setting.memory, setting.values
     example = fmt_inputs(query=x, key=memory, value=values)
@@ -468,7 +489,7 @@ def grade_multi_head_attention(layer_class: Callable[[int, int], nn.Module], d_m
     ``nn.MultiheadAttention``), determinism in ``eval()`` mode, equality with
     ``nn.MultiheadAttention`` given the same weights (self- and cross-attention; the library's
     ``MultiHeadAttention`` with one step done wrong names the bug), and permutation equivariance;
-    then by class: scores of realistic size, gradients reaching the query, key and value, the
+    then by class: scores of realistic size and float16, gradients reaching the query, key and value, the
     arguments left unchanged. From scratch (the default), a layer built on the library's
     ``MultiHeadAttention`` or on ``nn.MultiheadAttention`` fails (``from_scratch=False`` allows it).
 
@@ -500,6 +521,8 @@ def grade_multi_head_attention(layer_class: Callable[[int, int], nn.Module], d_m
         if sized:
             grading.check("stays finite and exact at scores of realistic size (inputs of scale 30)",
                           partial(_mha_large_scores, setting, state, matched))
+            grading.check("works in float16 (module.half()): finite, within float16 rounding of float64",
+                          partial(_mha_half_precision, setting, state, matched))
             grading.check("gradients reach the query, the key and the value, and equal the library's",
                           partial(_mha_gradients, setting, state, matched))
     return grading.report
