@@ -72,6 +72,22 @@
     var config = Object.assign({}, s.config);
     config.legend = Object.assign({orient: "bottom"}, config.legend);
     copy.config = config;
+    return oneColumnLegends(copy);
+  }
+  // The spec with every legend an encoding sets itself (alt.Legend(orient="right")) below the plot, one
+  // entry a line: a legend beside the plot, or its entries abreast, can be the widest part of a chart.
+  function oneColumnLegends(s) {
+    if (Array.isArray(s)) return s.map(oneColumnLegends);
+    if (!s || typeof s !== "object") return s;
+    var copy = {};
+    Object.keys(s).forEach(function (k) {
+      if (k === "data" || k === "datasets") copy[k] = s[k];
+      else if (k === "legend" && s[k] && typeof s[k] === "object") {
+        copy[k] = Object.assign({}, s[k], {columns: 1});
+        if (/left|right/.test(s[k].orient || "")) copy[k].orient = "bottom";
+      }
+      else copy[k] = oneColumnLegends(s[k]);
+    });
     return copy;
   }
   // A chart of panels side by side (hconcat, concat, a facet by column) that is too wide: its panels
@@ -88,23 +104,25 @@
       copy.encoding = Object.assign({}, e, {row: e.column}); delete copy.encoding.column;
     } else return null;
     copy.config = Object.assign({}, s.config);
-    copy.config.legend = Object.assign({orient: "bottom"}, copy.config.legend);
-    return copy;
+    copy.config.legend = Object.assign({orient: "bottom", columns: 1}, copy.config.legend);  // below, one entry a line
+    return oneColumnLegends(copy);
   }
-  // Panels one under the other (vconcat) still too wide: each with a fixed width made narrower by
-  // `excess` px (not under 120), its legend below; null when none has a width to take from.
+  // Panels one under the other still too wide: each panel of a vconcat, or the panel of a facet,
+  // with a fixed width made narrower by `excess` px (not under 120), the legend below; null when no
+  // panel has a width to take from.
   function narrowedPanels(s, excess) {
     var changed = false;
-    var panels = s.vconcat.map(function (p) {
-      if (typeof p.width !== "number" || !single(p)) return p;
+    function narrower(p) {
+      if (typeof p.width !== "number") return p;
       changed = true;
       return Object.assign({}, p, {width: Math.max(120, p.width - excess)});
-    });
+    }
+    var copy = s.vconcat ? Object.assign({}, s, {vconcat: s.vconcat.map(function (p) { return single(p) ? narrower(p) : p; })})
+      : s.spec ? Object.assign({}, s, {spec: narrower(s.spec)}) : narrower(s);
     if (!changed) return null;
-    var copy = Object.assign({}, s, {vconcat: panels});
     copy.config = Object.assign({}, s.config);
-    copy.config.legend = Object.assign({orient: "bottom"}, copy.config.legend);
-    return copy;
+    copy.config.legend = Object.assign({orient: "bottom", columns: 1}, copy.config.legend);  // below, one entry a line
+    return oneColumnLegends(copy);
   }
   var live = null, view = null, shown = null, fitted = null, shift = null;
   function tooWide() {
