@@ -245,7 +245,8 @@ def test_resume_refuses_changed_settings_and_names_each(run_copy: Path, capsys) 
     assert_one_line_error(
         code, err, f"--lr 0.5 (the checkpoint has {toy['lr']:g})", f"--batch-size 8 (the checkpoint has {toy['batch_size']})",
         "--seed 7 (the checkpoint has 0)", "--dropout 0.3 (the checkpoint has 0.0)", "--preset multi30k", "--restart",
-    , status=1)
+        status=1,
+    )
     assert load_checkpoint(run_copy / "checkpoint.pt")["step"] == 4  # untouched
 
 
@@ -362,21 +363,21 @@ def test_train_config_refuses_an_infinite_rate() -> None:
 
 # --- 5. The translator ----------------------------------------------------------------------------
 
-TRANSLATE_CASES = [
-    (["--beam-size", "0", "1 2"], ["--beam-size", ">= 1", "0"]),
-    (["--batch-size", "0", "1 2"], ["--batch-size", ">= 1", "0"]),
-    ([], ["--eval"]),
-    (["Ein Mann fährt Fahrrad."], ["sentence 1", "'Ein'", "0 1 2 3 4 5 6 7 8 9"]),
-    (["1 2 \udcff"], ["sentence 1", "UTF-8"]),
-    (["--beam-size", "x", "1 2"], ["--beam-size", "'x'"]),
-    (["--device", "tpu9", "1 2"], ["tpu9"]),
+TRANSLATE_CASES = [  # (options, named, exit status: 2 a bad command line, 1 input the model cannot take)
+    (["--beam-size", "0", "1 2"], ["--beam-size", ">= 1", "0"], 2),
+    (["--batch-size", "0", "1 2"], ["--batch-size", ">= 1", "0"], 2),
+    ([], ["--eval"], 2),
+    (["Ein Mann fährt Fahrrad."], ["sentence 1", "'Ein'", "0 1 2 3 4 5 6 7 8 9"], 1),
+    (["1 2 \udcff"], ["sentence 1", "UTF-8"], 1),
+    (["--beam-size", "x", "1 2"], ["--beam-size", "'x'"], 2),
+    (["--device", "tpu9", "1 2"], ["tpu9"], 2),
 ]
 
 
-@pytest.mark.parametrize(("argv", "names"), TRANSLATE_CASES, ids=[" ".join(a)[:30] for a, _ in TRANSLATE_CASES])
-def test_translate_rejects_bad_input_in_one_line(trained: Path, capsys, argv: list[str], names: list[str]) -> None:
+@pytest.mark.parametrize(("argv", "names", "status"), TRANSLATE_CASES, ids=[" ".join(a)[:30] for a, _, _ in TRANSLATE_CASES])
+def test_translate_rejects_bad_input_in_one_line(trained: Path, capsys, argv: list[str], names: list[str], status: int) -> None:
     code, err = run(translate.main, ["--checkpoint", str(trained / "checkpoint.pt"), *argv], capsys)
-    assert_one_line_error(code, err, *names, status=1)
+    assert_one_line_error(code, err, *names, status=status)
 
 
 @NO_CUDA

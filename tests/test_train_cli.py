@@ -270,3 +270,37 @@ def test_the_full_profile_is_the_recipe_with_the_best_validation_bleu() -> None:
                 "label_smoothing", "clip_norm", "keep_weights", "min_freq"):
         assert getattr(full, key) == chosen[key], key
     assert full.model_config(8000, 8000, 0) == TransformerConfig.from_dict(best["model_config"])
+
+
+def test_exit_statuses_tell_a_bad_command_line_from_a_failed_run(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """2: a bad command line (a value, an abbreviated or unknown option, a --config file); 1: a run that
+    failed (missing data, a diverged run); the --help epilog says so (issue 46). 130/143: tests/test_interrupt.py."""
+    toy = ["--task", "reverse", "--n-train", "200", "--n-heldout", "20", "--longest", "4", "--no-progress", "--device", "cpu"]
+
+    def status(*argv: str) -> int:
+        try:
+            return train.cli(list(argv))
+        except SystemExit as stop:  # argparse's own errors
+            return int(stop.code)
+
+    assert status(*toy, "--out", str(tmp_path / "a"), "--lr", "-1") == 2
+    assert status(*toy, "--out", str(tmp_path / "a"), "--warmup", "5") == 2, "no abbreviations: --warmup-steps"
+    assert status(*toy, "--out", str(tmp_path / "a"), "--no-such-option") == 2
+    assert status("--config", str(tmp_path / "missing.json")) == 2
+    assert status("--task", "multi30k", "--data", str(tmp_path / "missing.pt"), "--out", str(tmp_path / "b")) == 1
+    assert "missing.pt" in capsys.readouterr().err
+
+    def diverge(self: Trainer, *batches):  # as a NaN loss would: training stops before anything is saved
+        result = original(self, *batches)
+        self._all_finite = torch.zeros((), dtype=torch.bool)
+        return result
+
+    original = Trainer.train_step
+    monkeypatch.setattr(Trainer, "train_step", diverge)
+    assert status(*toy, "--out", str(tmp_path / "c"), "--max-steps", "2", "--log-every", "1") == 1
+    assert "error: " in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train.cli(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "exit status: 0 success; 1 the run failed" in help_text and "2 usage error" in help_text

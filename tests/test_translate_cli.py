@@ -10,8 +10,10 @@ import functools
 import gzip
 import io
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -206,7 +208,7 @@ def test_the_module_runs_as_a_program(tmp_path: Path) -> None:
         [sys.executable, "-m", "transformer_lib.cli.translate", "--checkpoint", str(tmp_path / "missing.pt"), "Hallo."],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120,
     )
-    assert result.returncode == 2
+    assert result.returncode == 1, "a failed run, not a bad command line"
     assert result.stderr.startswith("error: no checkpoint at") and "missing.pt" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -273,12 +275,14 @@ def test_eval_on_the_real_test_set(checkpoint: Path, real_multi30k: Path, capsys
 
 
 # --------------------------------------------------------------------------------------------------
-# Clear errors: exit status 2, a message that names the problem, no traceback
+# Clear errors: exit status 1 (a failed run) or 2 (a bad command line), a message that names the problem, no traceback
 
 
-def error_of(capsys: pytest.CaptureFixture, *argv: str) -> str:
-    status, out, err = run_cli(capsys, *argv)
-    assert status == 2 and out == ""
+def error_of(capsys: pytest.CaptureFixture, *argv: str, status: int = 1) -> str:
+    """The one error line of a command that fails: exit status 1 for a failed run (a missing or bad
+    file, input the model cannot take), 2 for a bad command line (issue 46: scripts tell them apart)."""
+    code, out, err = run_cli(capsys, *argv)
+    assert code == status and out == "", (code, err)
     assert err.startswith("error: ") and "Traceback" not in err
     return err
 
@@ -361,7 +365,7 @@ def test_a_sentence_that_tokenizes_to_nothing_is_still_an_error(checkpoint: Path
 
 
 def test_no_input(checkpoint: Path, capsys) -> None:
-    assert "--eval" in error_of(capsys, "--checkpoint", str(checkpoint))
+    assert "--eval" in error_of(capsys, "--checkpoint", str(checkpoint), status=2)
 
 
 def test_input_longer_than_the_model_allows(checkpoint: Path, capsys) -> None:
@@ -408,7 +412,7 @@ def test_eval_refuses_files_that_are_not_the_published_multi30k(tmp_path: Path, 
     ],
 )
 def test_bad_options(checkpoint: Path, capsys, argv: list[str], named: list[str]) -> None:
-    err = error_of(capsys, "--checkpoint", str(checkpoint), *argv)
+    err = error_of(capsys, "--checkpoint", str(checkpoint), *argv, status=2)
     assert all(value in err for value in named), (named, err)
 
 
@@ -418,3 +422,44 @@ def test_translator_raises_translation_error(checkpoint: Path) -> None:
         translator.encode([""])  # translate() passes a blank line through as a blank translation
     with pytest.raises(TypeError):
         translator.translate("Ein Mann.")
+
+
+def test_exit_statuses_tell_a_bad_command_line_from_a_failed_run_and_a_signal(checkpoint: Path, tmp_path: Path) -> None:
+    """2: usage (argparse's errors and an abbreviated option too); 1: a failed run; 143: SIGTERM; 130: Ctrl-C
+    (issue 46). The statuses are the ones --help's epilog states."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "transformer_lib.cli.translate", "--checkpoint", str(checkpoint), "--device", "cpu"]
+
+    def status(*argv: str) -> int:
+        return subprocess.run([*command, *argv], capture_output=True, text=True, env=env, timeout=120).returncode
+
+    assert status("--beam-size", "0", "Hallo.") == 2 and status("--no-such-option", "Hallo.") == 2
+    assert status("--beam", "2", "Hallo.") == 2, "no abbreviations: --beam is not --beam-size"
+    assert status("--input", str(tmp_path / "missing.de")) == 1
+    help_text = " ".join(subprocess.run([*command, "--help"], capture_output=True, text=True, env=env, timeout=120).stdout.split())
+    assert "exit status: 0 success; 1 the run failed" in help_text and "130 interrupted (Ctrl-C); 143 terminated (SIGTERM)" in help_text
+    for signum, expected in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        # Waiting on standard input (a pipe left open) when the signal comes.
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=env)
+        _wait_for_a_sigterm_handler(process)  # past the imports: the command line's own handler is in place
+        process.send_signal(signum)
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == expected and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+def _wait_for_a_sigterm_handler(process: subprocess.Popen) -> None:
+    """Until ``process`` catches SIGTERM (Linux tells: /proc/PID/status, SigCgt), then a moment more."""
+    status = Path(f"/proc/{process.pid}/status")
+    if not status.exists():
+        time.sleep(10)
+        return
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        caught = next(line for line in status.read_text().splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1:
+            time.sleep(0.5)
+            return
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError("the command never set its SIGTERM handler")

@@ -1,6 +1,9 @@
 """What the command lines share: a parser whose usage errors are one line, ``--version`` and
-``--threads``, messages that never break a progress bar, and the way a user error (a bad value, a
-missing file, a diverged run) becomes one line ``error: ...`` and exit status 2."""
+``--threads``, messages that never break a progress bar, and the way an error becomes one line
+``error: ...`` and an exit status (:data:`EXIT_STATUSES`): 2 for a usage error (the command line
+itself: an unknown or abbreviated option, a value out of its bounds, options that do not go
+together), 1 for a run that failed (a missing or unreadable file, missing data, a diverged run),
+130 and 143 for Ctrl-C and SIGTERM."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,8 +23,24 @@ from ..trainer import TrainingDiverged
 from ..validation import check_int
 from .interrupt import Interrupted, exit_status
 
-__all__ = ["DEBUG_ENV", "MAX_THREADS", "THREADS_ENV", "THREADS_DEFAULT_TEXT", "CommandLineParser", "environment_threads", "add_version", "available_cores", "default_threads",
-           "check_at_most", "set_threads", "say", "run_command"]
+__all__ = [
+    "EXIT_STATUSES",
+    "EXIT_EPILOG",
+    "UsageError",
+    "DEBUG_ENV",
+    "MAX_THREADS",
+    "THREADS_ENV",
+    "THREADS_DEFAULT_TEXT",
+    "CommandLineParser",
+    "environment_threads",
+    "add_version",
+    "available_cores",
+    "default_threads",
+    "check_at_most",
+    "set_threads",
+    "say",
+    "run_command",
+]
 
 # A bound for --threads: more than any machine this runs on has cores to give one process.
 MAX_THREADS = 1024
@@ -35,8 +55,25 @@ DEBUG_ENV = "TRANSFORMER_LIB_DEBUG"
 DEBUG_ON = ("1", "true", "yes", "on")
 
 
+# The exit statuses of both command lines, as scripts read them.
+EXIT_STATUSES = {0: "success", 1: "the run failed (a missing or unreadable file, missing data, a diverged run)",
+                 2: "usage error (an unknown option, a value out of its bounds, options that do not go together)",
+                 130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
+EXIT_EPILOG = "exit status: " + "; ".join(f"{status} {meaning}" for status, meaning in EXIT_STATUSES.items()) + "."
+
+
+class UsageError(ValueError):
+    """A command line that cannot run as given (exit status 2), found after argparse: an option's value out
+    of its bounds, options that do not go together, a --config file that does not hold options."""
+
+
 class CommandLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose usage errors are one line, ``error: ...``, with exit status 2."""
+    """An ``ArgumentParser`` whose usage errors are one line, ``error: ...``, with exit status 2, and
+    whose options are never abbreviated (``--warmup`` is an error, not ``--warmup-steps``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> Any:  # type: ignore[override]
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
@@ -102,13 +139,21 @@ def say(message: str) -> None:
     sys.stdout.flush()
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    raise Interrupted(signum, "terminated")
+
+
 def run_command(run: Callable[[], Any], argv: Sequence[str] | None) -> int:
-    """Call ``run()``; a user error (bad value, missing or unreadable file, diverged training) prints
-    one line ``error: ...`` and returns 2, a success returns 0. ``--debug`` in ``argv`` (or
-    ``TRANSFORMER_LIB_DEBUG=1``) lets the traceback through instead."""
+    """Call ``run()``; an error prints one line ``error: ...`` and returns its status: 2 for a
+    :class:`UsageError`, 1 for a failed run (another ``ValueError``, an ``OSError``, a diverged run, a
+    library of an extra that is not installed: spaCy for word-level tokenization);
+    Ctrl-C returns 130 and SIGTERM 143 (training first saves a checkpoint); a success returns 0.
+    ``--debug`` in ``argv`` (or ``TRANSFORMER_LIB_DEBUG=1``) lets the traceback through instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "").strip().lower() in DEBUG_ON
     caught: list[warnings.WarningMessage] = []
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
@@ -121,13 +166,15 @@ def run_command(run: Callable[[], Any], argv: Sequence[str] | None) -> int:
             raise
         print("interrupted", file=sys.stderr)
         return exit_status(signal.SIGINT)
-    except (ValueError, OSError, TrainingDiverged) as error:
+    except (ValueError, OSError, TrainingDiverged, ImportError) as error:  # ImportError: an extra not installed
         if debug:
             raise
         message = " ".join(str(error).split()) or type(error).__name__
         print(f"error: {message}", file=sys.stderr)
-        return 2
+        return 2 if isinstance(error, UsageError) else 1
     finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         for warning in caught:
             print(f"warning: {warning.message}", file=sys.stderr)
     return 0

@@ -29,7 +29,7 @@ from ..toy_tasks import TOY_TASKS
 from ..trainer import TrainConfig
 from ..validation import check_choice, check_int, check_number
 from ..vocab import SPECIALS
-from .common import MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_version, check_at_most, default_threads
+from .common import EXIT_EPILOG, MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_version, check_at_most, default_threads
 from .console import LEVELS
 from .profiles import DEFAULTS, PROFILE_ENV, PROFILES, current_profile
 
@@ -306,7 +306,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="transformer-train",
         description="Train an encoder-decoder Transformer on a toy task or on Multi30k (German -> English).",
         epilog=f"Defaults depend on the task and the profile (--profile, else ${PROFILE_ENV}, else full with a CUDA GPU "
-               "and fast without); --print-config shows those that apply to a command, and --config FILE reads them back.",
+               "and fast without); --print-config shows those that apply to a command, and --config FILE reads them back. "
+               + EXIT_EPILOG,
     )
     add_version(parser)
     parser.add_argument("--config", metavar="FILE", help="read the settings from FILE, as --print-config writes them "

@@ -22,8 +22,10 @@ folder with earlier results moves them to ``OUT/previous-*`` first: nothing is d
 a time holds ``OUT/.lock``. A NaN or infinite loss, gradient norm or weight stops training before
 anything is saved, so ``checkpoint.pt`` keeps the last good weights.
 
-A user error (a bad option, missing data, an unwritable ``--out``, a diverged run) prints one line
-``error: ...`` and exits with status 2; ``--debug`` (or ``TRANSFORMER_LIB_DEBUG=1``) shows the traceback.
+An error prints one line ``error: ...`` and exits with status 2 for a bad command line (an option, its
+value, a ``--config`` file) and 1 for a run that failed (missing data, an unwritable ``--out``, a
+diverged run); Ctrl-C exits 130 and SIGTERM 143 (:data:`~transformer_lib.cli.common.EXIT_STATUSES`).
+``--debug`` (or ``TRANSFORMER_LIB_DEBUG=1``) shows the traceback.
 
 BLEU (``--bleu``): ``final`` decodes the validation and test sets at the end, greedy and with a
 beam; ``epoch`` also decodes the validation set (greedy) at every validation, which picks the
@@ -65,7 +67,7 @@ from ..toy_tasks import toy_task, toy_vocab
 from ..trainer import Trainer
 from ..translator import Translator, evaluate_bleu
 from ..vocab import Tokenizer
-from .common import run_command, set_threads
+from .common import UsageError, run_command, set_threads
 from .console import PROGRESS, command_logging, progress_line, show_bar
 from .interrupt import Interrupted, StopOnSignal
 from .logs import RunLog, check_tensorboard
@@ -127,12 +129,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     Under ``torchrun`` every process runs this; process 0 prints and writes the files.
     """
-    given = parse_args(argv)
-    config, session = resolve(given)  # every value is checked before anything is created
-    try:
-        device = parse_device(session.device)
-    except ValueError as error:
-        raise ValueError(f"--device {session.device}: {error}") from None
+    try:  # the command line and its --config file: every value is checked before anything is created
+        given = parse_args(argv)
+        config, session = resolve(given)
+        device = _device(session.device)
+    except (ValueError, OSError) as error:
+        raise UsageError(str(error)) from None
     if session.tensorboard:
         check_tensorboard()
     threads = session.resolved_threads(config.preset)
@@ -163,9 +165,17 @@ def _session(argv: list[str] | None, given: dict[str, Any], config: RunConfig, s
         teardown_distributed(processes)
 
 
+def _device(name: str) -> torch.device:
+    try:
+        return parse_device(name)
+    except ValueError as error:
+        raise ValueError(f"--device {name}: {error}") from None
+
+
 def cli(argv: list[str] | None = None) -> int:
-    """``python -m transformer_lib.cli.train``: :func:`main`, with a user error (a bad option, missing
-    data, an unwritable ``--out``, a diverged run) as one line ``error: ...`` and exit status 2."""
+    """``python -m transformer_lib.cli.train``: :func:`main`, with an error as one line ``error: ...``
+    and an exit status: 2 for a bad command line (an option, a --config file), 1 for a failed run
+    (missing data, an unwritable ``--out``, a diverged run), 130/143 for Ctrl-C/SIGTERM."""
     return run_command(lambda: main(argv), argv)
 
 

@@ -20,9 +20,12 @@ the translation of input line N; in an n-best list it has one entry, the empty t
 log-probability and score 0. Scoring (``--src``/``--ref``) keeps the pairs too: a blank source line
 is an empty hypothesis, scored against its reference.
 
-Bad input (a missing or incompatible checkpoint, a sentence longer than the model allows, symbols a toy-task model does not know, a device this machine lacks, an option out of
-its bounds) prints one line ``error: ...`` and exits with status 2, without a traceback (``--debug``
-or ``TRANSFORMER_LIB_DEBUG=1`` shows it); a sentence of only unknown words warns.
+Bad input prints one line ``error: ...``, without a traceback (``--debug`` or
+``TRANSFORMER_LIB_DEBUG=1`` shows it), and exits with status 2 for a bad command line (an option out
+of its bounds, options that do not go together, nothing to translate) or 1 for a failure (a missing
+or incompatible checkpoint or file, a sentence longer than the model allows, symbols a toy-task model
+does not know, a device this machine lacks); Ctrl-C exits 130, SIGTERM 143. A sentence of only
+unknown words warns.
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ import sys
 from collections.abc import Sequence
 
 from .. import pretrained
+from ..device import parse_device
 from ..evaluation import BleuScore, corpus_chrf
 from ..translator import LENGTH_PENALTY, TranslationError, Translator, evaluate_bleu, read_multi30k_split
 from ..validation import check_int, check_number
-from .common import DEBUG_ENV, MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_version, check_at_most, default_threads, run_command, set_threads
+from .common import DEBUG_ENV, EXIT_EPILOG, UsageError, MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_version, check_at_most, default_threads, run_command, set_threads
 from .console import add_logging_options, command_logging
 from .nbest import format_n_best, n_best, open_output, read_lines
 from .options import MAX_BEAM
@@ -54,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="transformer-translate",
         description="Translate sentences (arguments, --input, or standard input) with a trained checkpoint or the "
                     "pretrained model; or score it (BLEU, chrF) on Multi30k or on any pair of files.",
+        epilog=EXIT_EPILOG,
     )
     add_version(parser)
     parser.add_argument("sentences", nargs="*", help="sentences to translate, one argument each (none: read --input, "
@@ -108,6 +113,10 @@ def _check_options(args: argparse.Namespace) -> None:
             check_number("--length-penalty", args.length_penalty, 0, 10, high_open=False)
     except ValueError as error:
         raise TranslationError(str(error)) from None
+    try:  # a device this machine lacks, before a model is loaded onto it
+        parse_device(args.device)
+    except ValueError as error:
+        raise TranslationError(f"--device {args.device}: {error}") from None
     if args.n_best is not None and args.beam_size is not None and args.beam_size < args.n_best:
         raise TranslationError(f"--n-best {args.n_best} needs --beam-size of at least {args.n_best}, got {args.beam_size}")
     if (args.src is None) != (args.ref is None):
@@ -145,7 +154,7 @@ def _sentences(args: argparse.Namespace) -> list[str]:
         except TranslationError:  # standard input closed or unreadable: as if empty
             piped = []
     if not piped:
-        raise TranslationError('give a sentence to translate, e.g. "Ein Mann fährt Fahrrad.", --input FILE, '
+        raise UsageError('give a sentence to translate, e.g. "Ein Mann fährt Fahrrad.", --input FILE, '
                                "lines on standard input, or --eval val|test (or --src/--ref) to score")
     return piped
 
@@ -208,7 +217,10 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _translate_or_score(args: argparse.Namespace) -> None:
-    _check_options(args)
+    try:
+        _check_options(args)
+    except TranslationError as error:
+        raise UsageError(str(error)) from None
     sentences = None if (args.eval or args.src) else _sentences(args)  # read (and checked) before the model loads
     translator = _load(args)
     small = translator.model.config.d_model <= 64
@@ -228,7 +240,8 @@ def _threads_text(threads: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (0 ok, 2 bad input: one line ``error: ...``)."""
+    """Command-line entry point; returns the exit status (0 ok; 2 a bad command line, 1 a failure: one line
+    ``error: ...``; 130/143 Ctrl-C/SIGTERM)."""
     args = _parser().parse_args(argv)
     return run_command(lambda: _run(args), argv)
 
