@@ -14,6 +14,11 @@ opened at a phone's size (390x844) in dark mode, then turned to light mode at a 
   (20%) of the page at 1280x900; nothing cut at either size or on paper (``CLIPPED_JS``: every code
   block, output, equation, table, chart, image and figure fits its column, or, on screen only, sits in
   a box that scrolls sideways with a visible cue; charts always fit, their text included);
+- what issue 44 asks, on every page at both sizes (``reading_problems``): no printed result wider than
+  its box (sentences wrap; a printed table is reported: show it as a table), no table wider than its
+  box (row labels held at the left; too wide, stacked rows), no figure, drawing or chart text under
+  ``MIN_TEXT_PX`` (9 px) as shown (``FIGURE_TEXT_JS``), and the set-up one line before the section's
+  first sentence (``READING_JS``); the measures go into each page's report;
 - no request goes to any host but the local server, and every local request succeeds;
 - no console errors and no uncaught exceptions;
 - the theme follows the system's colour scheme, when the page opens and when the scheme changes;
@@ -630,16 +635,106 @@ OPEN_COLLAPSED_JS = """() => {
   const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   article.querySelectorAll("details").forEach(d => { if (!d.closest(".tt-altair")) d.open = true; });
   return new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {
+    if (window.ttTables) window.ttTables.fit();
     if (window.ttScrollCues) window.ttScrollCues.update();
     done(true);
   })));
 }"""
 
-# Figures (matplotlib PNGs) shown narrower than they were drawn: their text shrinks with them.
-# Matplotlib draws 10 pt text 14 px high at its 100 dpi; shown at under MIN_FIGURE_SCALE of its
-# width, that text is under ~9 px. On a phone _static/figures.js keeps every figure at least that
-# large (what does not fit scrolls inside its output box); at a laptop's width each must fit as drawn.
-MIN_FIGURE_SCALE = 0.65
+# Figure text a reader can read: no text of a figure, a drawing or a chart smaller than MIN_TEXT_PX CSS
+# pixels as shown (issue 44), measured per figure as its smallest text:
+# - a matplotlib PNG: its smallest text is 9 pt (tick labels, legends: transformer_lib.book.style) at
+#   its 100 dpi, 12.5 px as drawn, times the scale it is shown at (its shown over its drawn width). On
+#   a phone _static/figures.js keeps every figure at least that large (what does not fit scrolls
+#   inside its output box); at a laptop's width each fits as drawn;
+# - an SVG drawing (drawn-figure, show_svg): the SVG read back, each text's size (matplotlib sets text
+#   as paths, "scale(s -s)" of glyphs 100 units high, or as <text> with a font size), in its units,
+#   times the drawing's scale on the page (shown width over its viewBox's);
+# - a live chart: each <text>'s font size times the chart's scale.
+MIN_TEXT_PX = 9
+PNG_SMALLEST_TEXT_PX = 9 * 100 / 72
+MIN_FIGURE_SCALE = MIN_TEXT_PX / PNG_SMALLEST_TEXT_PX  # 0.72; _static/figures.js uses the same
+FIGURE_TEXT_JS = """async (pngText) => {
+  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
+  const shown = e => e.getClientRects().length > 0 && e.getBoundingClientRect().width > 0;
+  const name = i => (i.alt || i.src.split("/").pop()).slice(0, 70);
+  const found = [];
+  for (const img of article.querySelectorAll("img:not(.tt-altair-static)")) {
+    if (!shown(img) || !img.naturalWidth) continue;
+    const width = img.getBoundingClientRect().width;
+    if (!img.src.split("?")[0].endsWith(".svg")) {
+      if (!img.closest(".cell_output")) continue;  // a picture of the prose, not a figure of the book
+      found.push({kind: "figure", text: name(img), smallest_px: pngText * width / img.naturalWidth,
+                  shown: Math.round(width), drawn: img.naturalWidth});
+      continue;
+    }
+    let svg;
+    try { svg = new DOMParser().parseFromString(await (await fetch(img.src)).text(), "image/svg+xml").documentElement; }
+    catch (e) { continue; }
+    const box = (svg.getAttribute("viewBox") || "").split(/[\\s,]+/).map(Number);
+    const units = box.length === 4 && box[2] > 0 ? box[2] : parseFloat(svg.getAttribute("width"));
+    if (!units) continue;
+    const sizes = [];
+    for (const g of svg.querySelectorAll("g[transform*='scale(']")) {
+      const m = /scale\\(([\\d.eE+-]+)[ ,]+-([\\d.eE+-]+)\\)/.exec(g.getAttribute("transform"));
+      if (m) sizes.push(parseFloat(m[1]) * 100);  // matplotlib's text as paths: glyphs 100 units high
+    }
+    for (const text of svg.querySelectorAll("text")) {
+      const style = text.getAttribute("style") || "";
+      const m = /font-size:\\s*([\\d.]+)/.exec(style) || /font:[^;]*?([\\d.]+)px/.exec(style)
+        || /^([\\d.]+)/.exec(text.getAttribute("font-size") || "");
+      if (m) sizes.push(parseFloat(m[1]));
+    }
+    if (sizes.length) found.push({kind: "drawing", text: name(img), smallest_px: Math.min(...sizes) * width / units,
+                                  shown: Math.round(width), drawn: units});
+  }
+  for (const svg of article.querySelectorAll(".tt-altair-live svg")) {
+    if (!shown(svg) || !svg.width.baseVal.value) continue;
+    const scale = svg.getBoundingClientRect().width / svg.width.baseVal.value;
+    const sizes = Array.from(svg.querySelectorAll("text")).filter(t => t.textContent.trim())
+      .map(t => parseFloat(getComputedStyle(t).fontSize)).filter(s => s > 0);
+    const box = svg.closest(".tt-altair");
+    if (sizes.length) found.push({kind: "chart", text: (box.getAttribute("aria-label") || box.id || "chart").slice(0, 70),
+                                  smallest_px: Math.min(...sizes) * scale, shown: Math.round(svg.getBoundingClientRect().width),
+                                  drawn: svg.width.baseVal.value});
+  }
+  return found.map(f => ({...f, smallest_px: Math.round(f.smallest_px * 10) / 10}));
+}"""
+
+# Printed results (what a cell prints: checks, summaries, the profile line) wrap at their box
+# (site.css); a printed table keeps its lines (printed-results.js marks it) and is reported when it is
+# wider than its box: print it as a table. Tables: one wider than its box hides columns, with its row
+# labels held at the left (sticky) or not; tables.js sets such a table as stacked rows, so none is.
+# The set-up (the Colab cell and the section's own set-up cell) is one line on the page: at most
+# MAX_SETUP_LINES of the bar's own line height, in the page's default state.
+MAX_SETUP_LINES = 1
+READING_JS = """() => {
+  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
+  const shown = e => e.getClientRects().length > 0 && !e.closest("details:not([open])");
+  const line = e => (e.innerText || e.textContent || "").trim().replace(/\\s+/g, " ").slice(0, 70);
+  const printed = Array.from(article.querySelectorAll(".cell_output .output.stream pre, .cell_output .output.stderr pre"))
+    .filter(shown).map(e => ({text: line(e), width: e.scrollWidth, room: e.clientWidth,
+                              table: e.classList.contains("tt-printed-table")}));
+  const scroller = t => {
+    for (let e = t.parentElement; e && e !== article; e = e.parentElement)
+      if (["auto", "scroll"].includes(getComputedStyle(e).overflowX)) return e;
+    return t.parentElement;
+  };
+  const tables = Array.from(article.querySelectorAll(".cell_output table")).filter(shown).map(t => {
+    const box = scroller(t), first = t.querySelector("tr > :first-child");
+    return {text: line(t.caption || t.tHead || t), width: Math.round(t.getBoundingClientRect().width), room: box.clientWidth,
+            held: !!first && getComputedStyle(first).position === "sticky", stacked: t.classList.contains("tt-stacked")};
+  });
+  const setup = Array.from(article.querySelectorAll(".tt-colab-setup")).filter(shown).map(c => {
+    const bar = c.querySelector("summary") || c;
+    const lineHeight = parseFloat(getComputedStyle(bar.querySelector(".admonition-title") || bar).lineHeight) || 24;
+    const r = c.getBoundingClientRect(), s = bar.getBoundingClientRect();
+    return {height: Math.round(r.height), bar_height: Math.round(s.height), line_height: lineHeight,
+            lines: Math.round((s.height - parseFloat(getComputedStyle(bar).paddingTop) - parseFloat(getComputedStyle(bar).paddingBottom)) / lineHeight * 10) / 10,
+            above_first_sentence: Math.round(r.height), text: line(bar)};
+  });
+  return {printed: printed, tables: tables, setup: setup};
+}"""
 
 # Code a reader must scroll past, as a share of a page's height at a laptop's width (the input of cells
 # left open, the library listings, the code blocks of the prose and text printed in code boxes): the
@@ -648,11 +743,6 @@ MAX_CODE_SHARE = 0.20
 # The longest a page may be, in screens (the document's height over the window's), in its default state:
 # a section a reader finishes in one sitting. Issue 25: 12 screens at 1280x900, 18 at 390x844.
 MAX_SCREENS = {"desktop": 12, "phone": 18}
-FIGURE_SCALES_JS = """() => Array.from(document.querySelectorAll('.cell_output img:not(.tt-altair-static):not([src$=".svg"])'))
-  .filter(i => i.naturalWidth > 0 && i.getClientRects().length)
-  .map(i => ({shown: Math.round(i.getBoundingClientRect().width), drawn: i.naturalWidth,
-              text: (i.alt || i.src.split("/").pop()).slice(0, 70)}))"""
-
 # Matplotlib figures are drawn for a white page; in dark mode the site inverts them (_static/site.css)
 # instead of showing them as white cards. The figures that are not inverted:
 WHITE_FIGURES_JS = """() => Array.from(document.querySelectorAll(".cell_output img:not(.tt-altair-static)"))
@@ -981,7 +1071,9 @@ class Layout:
     problems: list[str] = field(default_factory=list)
     share: dict = field(default_factory=dict)  # heights in the default state (``CODE_SHARE_JS``); not on paper
     clipped: list[dict] = field(default_factory=list)  # what is cut with every toggle open (``CLIPPED_JS``)
-    shrunk: list[dict] = field(default_factory=list)  # figures shown under MIN_FIGURE_SCALE of their size
+    shrunk: list[dict] = field(default_factory=list)  # figures whose smallest text is under MIN_TEXT_PX (``FIGURE_TEXT_JS``)
+    figures: list[dict] = field(default_factory=list)  # every figure's smallest text (``FIGURE_TEXT_JS``)
+    reading: dict = field(default_factory=dict)  # printed results, tables (opened) and the set-up (default) (``READING_JS``)
     shot: Path | None = None
 
     def resize(self, page: Any) -> None:
@@ -1012,6 +1104,7 @@ def measure_default(page: Any, record: Visit, path: str, layout: Layout) -> None
     share["screens"] = share["document"] / share["window"]
     share["code_share"] = share["code"] / max(share["page"], 1)
     layout.share = share
+    layout.reading["setup"] = page.evaluate(READING_JS)["setup"]
     if EVERY_SCREENSHOT:
         layout.snapshot(page, path)
     layout.problems += [p for p in record.problems() if p not in before]
@@ -1030,17 +1123,41 @@ def measure_opened(page: Any, record: Visit, path: str, layout: Layout) -> None:
     layout.problems += charts_fitted(page, "opening the collapsed cells")
     page.evaluate(OPEN_COLLAPSED_JS)  # again: redrawn charts may have changed what scrolls
     layout.clipped = page.evaluate(CLIPPED_JS, {"paper": layout.viewport == "print"})
-    figures = page.evaluate(FIGURE_SCALES_JS)
-    layout.shrunk = [f for f in figures if f["shown"] < MIN_FIGURE_SCALE * f["drawn"]]
-    if layout.viewport != "print":  # paper does not scroll: there figures shrink to the page
-        layout.problems += [
-            f"figure drawn {f['drawn']} px wide, shown at {f['shown']} px: its text is under ~9 px ({f['text']})"
-            for f in layout.shrunk
-        ]
+    layout.figures = page.evaluate(FIGURE_TEXT_JS, PNG_SMALLEST_TEXT_PX)
+    layout.shrunk = [f for f in layout.figures if f["smallest_px"] < MIN_TEXT_PX]
+    opened = page.evaluate(READING_JS)
+    layout.reading.update(printed=opened["printed"], tables=opened["tables"])
     layout.problems += layout_problems(layout.viewport, layout.share, layout.clipped)
+    layout.problems += reading_problems(layout)
     layout.problems += [p for p in record.problems() if p not in before]
     if (layout.problems and not EVERY_SCREENSHOT) or (EVERY_SCREENSHOT and layout.viewport == "print"):
         layout.snapshot(page, path)  # every page's phone screenshot is taken in its default state
+
+
+def reading_problems(layout: Layout) -> list[str]:
+    """What issue 44 asks of a page at a size, from ``layout``'s measures: on screen, no figure text
+    under ``MIN_TEXT_PX`` (paper does not scroll: figures shrink to the page there), no printed result
+    and no table wider than its box, and the set-up one line."""
+    problems = []
+    if layout.viewport == "print":
+        return problems
+    problems += [
+        f"figure text under {MIN_TEXT_PX} px: {f['smallest_px']} px, a {f['kind']} shown {f['shown']} px wide ({f['text']})"
+        for f in layout.shrunk
+    ]
+    for r in layout.reading.get("printed", []):
+        if r["width"] > r["room"] + 1:
+            what = "a printed table (show it as a table)" if r["table"] else "a printed result that does not wrap"
+            problems.append(f"printed result wider than its box: {what}, {r['width']} px, room for {r['room']} px: {r['text']!r}")
+    for r in layout.reading.get("tables", []):
+        if r["width"] > r["room"] + 1:
+            held = "its row labels held" if r["held"] else "its row labels scroll away"
+            problems.append(f"table wider than its box ({held}): {r['width']} px, room for {r['room']} px: {r['text']!r}")
+    for r in layout.reading.get("setup", []):
+        if r["lines"] > MAX_SETUP_LINES or r["height"] > r["bar_height"] + 1:
+            problems.append(f"the set-up takes {r['height']} px ({r['lines']} lines of its bar) before the section's "
+                            f"first sentence, more than {MAX_SETUP_LINES} line: {r['text']!r}")
+    return problems
 
 
 def layout_problems(viewport: str, share: dict, clipped: list[dict]) -> list[str]:
@@ -1083,6 +1200,8 @@ def report_layout(path: str, layout: Layout) -> tuple[list[str], Path | None]:
             **heights,
             "clipped": layout.clipped,
             "shrunk_figures": layout.shrunk,
+            "figure_text_px": layout.figures,
+            **layout.reading,
             "problems": layout.problems,
             "screenshot": shown_path(layout.shot) if layout.shot else None,
         },
@@ -1452,7 +1571,7 @@ def test_renderer_draws_an_interactive_chart_offline(browser: Any, vega_bundle: 
 
 def _wide_charts() -> list[Any]:
     """A single view wider than a phone, with a title longer than a phone's column, and a
-    concatenation of two such views (which cannot be redrawn narrower, only scaled)."""
+    concatenation of two views side by side (stacked on a phone, then narrowed)."""
     import altair as alt
 
     from transformer_lib.book.charts import enable_charts
@@ -1468,7 +1587,9 @@ def _wide_charts() -> list[Any]:
 CHART_FIT_JS = """() => Array.from(document.querySelectorAll(".tt-altair")).map(box => {
   const svg = box.querySelector(".tt-altair-live svg"), r = box.getBoundingClientRect();
   const texts = Array.from(svg.querySelectorAll("text"));
-  return {box: Math.round(r.width), drawn: Math.round(svg.getBoundingClientRect().width), scrolls: box.scrollWidth > box.clientWidth + 1,
+  const scale = svg.getBoundingClientRect().width / svg.width.baseVal.value;
+  return {smallest_px: Math.min(...texts.filter(t => t.textContent.trim()).map(t => parseFloat(getComputedStyle(t).fontSize))) * scale,
+          height: Math.round(svg.getBoundingClientRect().height), box: Math.round(r.width), drawn: Math.round(svg.getBoundingClientRect().width), scrolls: box.scrollWidth > box.clientWidth + 1,
           scaled: box.classList.contains("tt-altair-scaled"), room: box.dataset.ttRoom,
           titleLines: svg.querySelectorAll(".role-title-text text, .role-title-text tspan").length,
           cut: texts.filter(t => { const b = t.getBoundingClientRect(); return b.width && (b.left < r.left - 1 || b.right > r.right + 1); })
@@ -1478,7 +1599,8 @@ CHART_FIT_JS = """() => Array.from(document.querySelectorAll(".tt-altair")).map(
 
 def test_renderer_fits_charts_to_a_phone_column(browser: Any, vega_bundle: Path, tmp_path: Path) -> None:
     """On a phone a chart is never wider than its column: a single view is redrawn narrower with its
-    title on several lines; a concatenation is scaled down; no text is cut at the chart's edge."""
+    title on several lines; a concatenation has its panels stacked (issue 44: scaled down, its text was
+    6 px high); no text is cut at the chart's edge, and none is under MIN_TEXT_PX."""
     shutil.copy(vega_bundle, tmp_path / "vega-embed.js")
     shutil.copy(ROOT / "_static" / "site.css", tmp_path / "site.css")
     charts = "".join(chart._repr_mimebundle_()["text/html"] for chart in _wide_charts())
@@ -1494,13 +1616,14 @@ def test_renderer_fits_charts_to_a_phone_column(browser: Any, vega_bundle: Path,
         single, concat = page.evaluate(CHART_FIT_JS)
         for chart in (single, concat):
             assert chart["drawn"] <= chart["box"] and not chart["scrolls"] and not chart["cut"], chart
+            assert chart["smallest_px"] >= MIN_TEXT_PX, chart
         assert not single["scaled"] and single["titleLines"] >= 2, single  # redrawn, not shrunk
-        assert concat["scaled"], concat
+        assert concat["height"] > 2 * 120, concat  # the two panels one under the other
         # a wider window: the chart is redrawn at its own size again
         page.set_viewport_size(VIEWPORT)
         page.wait_for_function(CHARTS_FITTED_JS, timeout=CHART_TIMEOUT_MS)
         single, concat = page.evaluate(CHART_FIT_JS)
-        assert single["titleLines"] == 1 and not concat["scaled"], (single, concat)
+        assert single["titleLines"] == 1 and not concat["scaled"] and concat["height"] < 2 * 120, (single, concat)
         assert not record.problems(), record.problems()
 
 
@@ -1617,7 +1740,7 @@ def summarize() -> str:
     for r in reports:
         if r["mode"] in LAYOUT_VIEWPORTS:
             if r["shrunk_figures"]:
-                lines.append(f"  {r['page']:<32} {r['mode']:7} figures with text under ~9 px: {len(r['shrunk_figures'])}")
+                lines.append(f"  {r['page']:<32} {r['mode']:7} figures with text under {MIN_TEXT_PX} px: {len(r['shrunk_figures'])}")
             continue
         parts = [f"{r['mode']:5}", f"math {r.get('math', '-')}", f"charts {r.get('charts', 0)}"]
         if r["mode"] == "light":
