@@ -49,8 +49,13 @@ def _distributions(module: str) -> set[str]:
             if any(f.parts[0] in (top, f"{top}.py") for f in dist.files or [])}
 
 
+# Imported by the core, but an extra: what the module does with it fails, naming the extra, when it is missing.
+EXTRAS_OF_THE_CORE = {"spacy": ("words", "tokenizers.py")}
+
+
 def test_the_base_install_is_what_the_core_and_the_command_lines_import() -> None:
     base = {_name(r) for r in _pyproject()["dependencies"]}
+    extras = _pyproject()["optional-dependencies"]
     used: dict[str, set[str]] = {}
     for path in CORE + APPS:
         for module in imports(path):
@@ -59,6 +64,9 @@ def test_the_base_install_is_what_the_core_and_the_command_lines_import() -> Non
                 continue
             if path.name == "results.py" and top == "matplotlib":
                 continue  # optional: loss.png, drawn only when the [book] extra is installed
+            if top in EXTRAS_OF_THE_CORE and path.name == EXTRAS_OF_THE_CORE[top][1]:
+                assert top in {_name(r) for r in extras[EXTRAS_OF_THE_CORE[top][0]]}, top
+                continue  # an extra ([words]): tests/test_dependencies.py runs the library without it
             used.setdefault(top, set()).add(str(path.relative_to(ROOT)))
     missing = {top: sorted(files) for top, files in used.items() if not _distributions(top) & base}
     assert not missing, f"imported but not a base dependency of pyproject.toml: {missing}"
@@ -149,3 +157,39 @@ def test_make_lowest_pins_every_floor_that_pyproject_declares() -> None:
         floor = re.search(r">=\s*([\d.]+)", requirement).group(1).split(".")
         pinned = pins[_name(requirement)].split(".")
         assert pinned[: len(floor)] == floor, f"{requirement}: requirements-lowest.txt pins {'.'.join(pinned)}"
+
+
+_WITHOUT_SPACY = """
+import sys
+sys.modules["spacy"] = None  # `import spacy` now raises ImportError, as in a core install without [words]
+from transformer_lib import pretrained
+from transformer_lib.cli import translate
+from transformer_lib.tokenizers import WORDS_EXTRA, word_splitter
+english = pretrained.load().translate(["Ein Hund rennt durch den Schnee."])[0]
+assert len(english.split()) >= 3, english
+try:
+    word_splitter("de")
+except ModuleNotFoundError as error:
+    assert WORDS_EXTRA in str(error) and "pip install" in str(error), error
+else:
+    raise AssertionError("word_splitter worked without spaCy")
+assert translate.main(["--checkpoint", sys.argv[1], "--device", "cpu", "Ein Mann."]) == 1
+print("ok")
+"""
+
+
+def test_the_core_translates_with_bpe_without_spacy_and_words_name_their_extra(tmp_path: Path) -> None:
+    """spaCy is the [words] extra (issue 46): the shipped BPE model translates without it; a word-level
+    model fails in one line that says what to install (exit status 1: the run failed)."""
+    import torch
+    from test_translate_cli import checkpoint_dict
+
+    words = tmp_path / "words.pt"
+    torch.save(checkpoint_dict(), words)  # word tokenizers (made here, where spaCy is installed)
+    result = subprocess.run([sys.executable, "-c", _WITHOUT_SPACY, str(words)], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    assert "error: " in result.stderr and "tested-transformer[words]" in result.stderr, result.stderr
+    words_extra = {_name(r) for r in _pyproject()["optional-dependencies"]["words"]}
+    assert words_extra == {"spacy"} and "spacy" not in {_name(r) for r in _pyproject()["dependencies"]}
+    assert "tested-transformer[words]" in _pyproject()["optional-dependencies"]["book"], "the chapters split words"

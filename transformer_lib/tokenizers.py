@@ -6,7 +6,9 @@ Every tokenizer implements :class:`transformer_lib.vocab.Tokenizer`: ``tokenize`
 its ``kind``. :func:`tokenizer_from_dict` rebuilds any of them and refuses a kind it does not know.
 
 - Words: :func:`word_splitter` (``spacy.blank``, rules only, no model download),
-  :func:`tokenize_corpus`, :func:`detokenize` (their inverse), :class:`WordTokenizer`.
+  :func:`tokenize_corpus`, :func:`detokenize` (their inverse), :class:`WordTokenizer`. spaCy is
+  the ``[words]`` extra (:data:`WORDS_EXTRA`); without it, splitting words raises a
+  ``ModuleNotFoundError`` that says what to install.
 - Symbols separated by spaces (the copy and reverse tasks): :class:`SymbolTokenizer`.
 - Subword pieces: :class:`~transformer_lib.subword.SubwordTokenizer` (BPE).
 
@@ -26,6 +28,7 @@ from .validation import check_bool
 from .vocab import SPECIALS, Tokenizer, Vocab
 
 __all__ = [
+    "WORDS_EXTRA",
     "word_splitter",
     "tokenize_corpus",
     "detokenize",
@@ -37,10 +40,20 @@ __all__ = [
 ]
 
 
+# What to install for word-level tokenization: spaCy is an extra, not a base dependency (225 MB of
+# the install; the shipped BPE model and prepared data need none of it).
+WORDS_EXTRA = "tested-transformer[words]"
+
+
 @lru_cache(maxsize=None)
 def _blank_pipeline(lang: str) -> Any:
-    import spacy  # imported lazily: only the text pipeline needs it
-
+    try:
+        import spacy  # imported lazily: only the word-level text pipeline needs it
+    except ImportError as error:
+        raise ModuleNotFoundError(
+            f"word-level tokenization (--tokenizer words, WordTokenizer) needs spaCy, which is not installed "
+            f"({error}); install it with: pip install '{WORDS_EXTRA}' (BPE models, such as the pretrained one, "
+            "need no spaCy)", name="spacy") from None
     check_language(lang)
     return spacy.blank(lang)
 
