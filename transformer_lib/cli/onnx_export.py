@@ -134,6 +134,10 @@ def _export_graph(module: nn.Module, args: tuple[Tensor, ...], path: Path, names
         program = torch.onnx.export(module, args, dynamo=True, input_names=names["inputs"],
                                     output_names=names["outputs"], dynamic_shapes=tuple(axes[name] for name in names["inputs"]))
     proto = program.model_proto
+    # The exporter notes each node's Python stack trace and module path (this checkout's paths, and
+    # __main__ when run with -m): dropped, so the same model always gives the same bytes.
+    for holder in (proto, proto.graph, *proto.graph.node):
+        del holder.metadata_props[:]
     store_exact_float16(proto)
     onnx.checker.check_model(proto)
     onnx.save_model(proto, str(path))
