@@ -13,7 +13,7 @@
     provenance   the command, hardware, software and git commit a results file records
     history      a recorded run's command as it was run, and the command that makes the same run today
     results      metrics.json and loss.png
-    common       one-line errors, exit status 2, --version, --threads, messages beside a progress bar
+    common       one-line errors, exit statuses (2 usage, 1 failure, 130/143 signals), --version, --threads
     console      a logging logger per module, --quiet/--log-file/--log-level, a progress bar only on a terminal
 
 This package imports the core (``transformer_lib.*``) and nothing of the book

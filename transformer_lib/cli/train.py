@@ -36,6 +36,12 @@ decoded once, at the end, and never chooses anything.
 
 Defaults depend on the task and the profile (``--profile``, else ``TRANSFORMER_BOOK_PROFILE``,
 else ``full`` with a CUDA GPU and ``fast`` without): :data:`~transformer_lib.cli.profiles.DEFAULTS`.
+``--print-config`` prints the settings a command would train with; ``--config FILE`` reads such a
+file back, and the options given on the command line override it.
+
+Messages go through ``logging`` (:mod:`transformer_lib.cli.console`): information on standard output,
+warnings and errors on standard error, ``--quiet``, ``--log-level``, ``--log-file``; the progress bar
+shows on a terminal only, and a file or a pipe gets a plain line every ``--log-every`` updates.
 """
 
 from __future__ import annotations
