@@ -346,7 +346,6 @@ def test_checks_print_that_they_passed_and_their_toggle_says_so(path: Path) -> N
                 f"{_ids(path)} cell {cell.get('id')}: a collapsed check is tagged 'check' (its toggle says 'Show the check')")
 
 
-
 # A write-it-yourself exercise: a starter cell the reader fills in (my_x, or a class MyX), then the grader
 # alone in a cell, `grade_x(my_x)`.
 _GRADES_THE_READER = re.compile(r"grade_\w+\((?:my_|My)\w+\)")
@@ -363,6 +362,7 @@ def test_write_it_yourself_exercises_say_where_to_write(path: Path) -> None:
         text = next(_source(c) for c in reversed(cells[:i]) if c["cell_type"] == "markdown")
         missing = [word for word in ("Colab", "Jupyter", "next cell", "smallest input") if word not in text]
         assert not missing, f"{_ids(path)}: the exercise graded in cell {cell.get('id')} does not say {missing}"
+
 
 # Calls whose value is a table, a chart or a listing: a notebook shows such a value only as its cell's
 # last expression (or through display()); anywhere else it is made and silently dropped.
