@@ -149,12 +149,13 @@ unit: $(STAMP)
 # is what a test passed with. The book's tests need the book's libraries and are left out.
 LOWEST_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3.10) python3.10)
 LOWEST_VENV := .venv-lowest
-# The book's own tests (by name, or importing transformer_lib.book) need the book's libraries: left out.
+# The book's own tests (by name, or importing transformer_lib.book) need the book's libraries, and the ONNX
+# export's the [onnx] extra: left out.
 # The files with the longest tests come first (the shipped model's test BLEU, the compiled training
 # run), so that the workers do not end on one long test while the other waits (--dist worksteal hands
 # what is left to an idle worker).
 LOWEST_FIRST := tests/test_pretrained.py tests/test_trainer.py
-LOWEST_TESTS = $(LOWEST_FIRST) $(filter-out $(LOWEST_FIRST) tests/test_book% tests/test_colab.py tests/test_site% tests/test_install.py tests/test_lock.py,\
+LOWEST_TESTS = $(LOWEST_FIRST) $(filter-out $(LOWEST_FIRST) tests/test_book% tests/test_colab.py tests/test_site% tests/test_install.py tests/test_lock.py tests/test_onnx%,\
   $(shell grep -L -E '^(from transformer_lib\.book|from transformer_lib import book|import transformer_lib\.book)' tests/test_*.py))
 LOWEST_WORKERS ?= $(PYTEST_WORKERS)
 # Left out at the lowest versions: the shipped model's test BLEU with beam search (24 s of decoding).

@@ -180,7 +180,15 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     folder = tmp_path_factory.mktemp("wheelhouse")
     project = read_pyproject()["project"]
-    declared = project["dependencies"] + project["optional-dependencies"]["book"]  # the set-up cell installs [book]
+    extras, declared = project["optional-dependencies"], list(project["dependencies"])
+    todo = ["book"]  # the set-up cell installs [book], which names other extras of this project ([words])
+    while todo:
+        for line in extras[todo.pop()]:
+            requirement = Requirement(line)
+            if _name(requirement.name) == _name(project["name"]):
+                todo += sorted(requirement.extras)
+            else:
+                declared.append(line)
     colab = _requirement_closure(list(COLAB_SHIPS))
     needed = _requirement_closure([Requirement(line).name for line in declared] + ["setuptools"])
     for name, dist in needed.items():

@@ -50,7 +50,8 @@ def _distributions(module: str) -> set[str]:
 
 
 # Imported by the core, but an extra: what the module does with it fails, naming the extra, when it is missing.
-EXTRAS_OF_THE_CORE = {"spacy": ("words", "tokenizers.py")}
+EXTRAS_OF_THE_CORE = {"spacy": ("words", "tokenizers.py"), "onnx": ("onnx", "onnx_export.py"),
+                      "onnxscript": ("onnx", "onnx_export.py"), "onnxruntime": ("onnx", "onnx_export.py")}
 
 
 def test_the_base_install_is_what_the_core_and_the_command_lines_import() -> None:
@@ -85,7 +86,7 @@ def test_the_book_libraries_are_an_extra() -> None:
     setup = (ROOT / "tools" / "release.py").read_text()  # setup_cell(): every section's first code cell
     # pip refuses a direct reference whose name is not the distribution's ("inconsistent name").
     assert f'"{project["name"]}[book] @ git+' in setup, "the chapters' set-up cell installs the extra, by the project's name"
-    assert "-e .[book,site]" in (ROOT / "requirements.txt").read_text(), "make installs the extras"
+    assert "-e .[book,site,onnx]" in (ROOT / "requirements.txt").read_text(), "make installs the extras"
 
 
 _WITHOUT_THE_BOOK = """
