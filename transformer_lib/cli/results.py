@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,8 @@ def save_loss_plot(history: dict[str, Any], path: Path, title: str) -> bool:
     try:
         from matplotlib.figure import Figure
     except ImportError as error:
-        print(f"no {path.name}: {error} (metrics.json has every number the plot would show)", flush=True)
+        logging.getLogger(__name__).info("no %s: %s (metrics.json has every number the plot would show)",
+                                         path.name, error)
         return False
     ax = Figure(figsize=(6, 3.5), layout="constrained").add_subplot()
     for name, style, label in (("train", "-", "training loss (label-smoothed)"), ("val", "o-", "validation loss")):
