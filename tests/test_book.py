@@ -364,6 +364,32 @@ def test_write_it_yourself_exercises_say_where_to_write(path: Path) -> None:
         assert not missing, f"{_ids(path)}: the exercise graded in cell {cell.get('id')} does not say {missing}"
 
 
+_GRADES_A_PITFALL = re.compile(r"^report = (grade_\w+)\((\w+)\)$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_write_it_yourself_exercises_show_a_full_report_on_a_wrong_answer(path: Path) -> None:
+    """The page shows what a failing grader reports, not only the reader's "✗ not_implemented" (issue 44):
+    after the reader's `grade_x(my_x)`, a cell runs the same grader on a bug from the pitfalls module,
+    asserts which checks fail, and shows the report behind a toggle."""
+    cells = _load(path)["cells"]
+    for i, cell in enumerate(cells):
+        reader = _GRADES_THE_READER.fullmatch(_source(cell).strip()) if cell["cell_type"] == "code" else None
+        if not reader:
+            continue
+        grader = _source(cell).strip().split("(")[0]
+        shown = [c for c in _code_cells({"cells": cells[i + 1 :]})
+                 if any(m.group(1) == grader for m in _GRADES_A_PITFALL.finditer(_source(c)))]
+        assert shown, f"{_ids(path)}: no cell after {cell.get('id')} shows {grader}'s report on a wrong answer"
+        source, tags = _source(shown[0]), set(shown[0].get("metadata", {}).get("tags", []))
+        wrong = _GRADES_A_PITFALL.search(source).group(2)
+        assert re.search(rf"^from transformer_lib\.book\.pitfalls import .*\b{wrong}\b", source, re.MULTILINE), (
+            f"{_ids(path)} cell {shown[0].get('id')}: the wrong answer comes from transformer_lib.book.pitfalls")
+        assert "assert report.failed_checks == [" in source and source.rstrip().endswith("\nreport"), (
+            f"{_ids(path)} cell {shown[0].get('id')}: asserts which checks fail and shows the report")
+        assert "hide-output" in tags, f"{_ids(path)} cell {shown[0].get('id')}: the report is behind a toggle"
+
+
 # Calls whose value is a table, a chart or a listing: a notebook shows such a value only as its cell's
 # last expression (or through display()); anywhere else it is made and silently dropped.
 SHOWN_AS_THE_CELL_VALUE = re.compile(r"^(show_table|shape_table|show_source|\w+_table|\w+_chart)$")

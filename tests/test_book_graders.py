@@ -368,6 +368,7 @@ BUGS: list[tuple[Callable[[Any], GradeReport], Any, str]] = [
     # chapter 3
     (grade_sinusoidal_table, annotated_table, "odd_width"),
     (grade_sinusoidal_table, cos_first_table, "sin_cos_swapped"),
+    (grade_sinusoidal_table, pitfalls.sinusoidal_table_in_halves, "halves_not_interleaved"),
     (grade_sinusoidal_table, lambda n, d: numpy_table(n + 1, d)[1:], "positions_start_at_one"),
     # chapter 4
     (grade_pre_ln_residual, pitfalls.NormalisedInputResidual, "residual_adds_normalised_input"),
@@ -383,6 +384,7 @@ BUGS: list[tuple[Callable[[Any], GradeReport], Any, str]] = [
     (grade_length_batches, pitfalls.batches_sorted_by_characters, "sorted_by_characters"),
     # chapter 6
     (grade_greedy_decode, functools.partial(greedy, cache=False), "cache_not_used"),
+    (grade_greedy_decode, pitfalls.greedy_decode_recomputing_prefix, "cache_not_used"),
     (grade_greedy_decode, functools.partial(greedy, position_zero=True), "positions_restart_at_zero"),
     (grade_greedy_decode, functools.partial(greedy, keep_finished=False), "no_padding_after_eos"),
 ]

@@ -16,9 +16,11 @@ implementations, a blog walk-through); the docstrings say which bug was seen whe
                 padding_mask_by_order, padding_only_target_mask,
                 attention_unassigned_masked_fill, attention_flipped_mask,
                 attention_with_finite_fill (finite_fill_in_low_precision)
+    chapter 3   sinusoidal_table_in_halves
     chapter 4   NormalisedInputResidual (identity_path_change)
     chapter 5   loss_overwriting_targets, targets_without_shift (copy_accuracy),
                 batches_sorted_by_characters (padding_waste_by_sort_key)
+    chapter 6   greedy_decode_recomputing_prefix
 
 The attention functions take ``query (..., T, Dk)``, ``key (..., L, Dk)``, ``value (..., L, Dv)``
 and a boolean ``mask`` (``True`` = may attend) broadcastable to ``(..., T, L)``, and return
@@ -38,6 +40,7 @@ from torch import Tensor, nn
 
 from transformer_lib.attention import MultiHeadAttention, softmax_attention
 from transformer_lib.batching import padding_waste
+from transformer_lib.decoding import next_token_logits
 from transformer_lib.masking import padding_mask
 
 __all__ = [
@@ -59,6 +62,7 @@ __all__ = [
     "weight_on_blocked_keys",
     "self_attention_weights",
     "finite_fill_in_low_precision",
+    "sinusoidal_table_in_halves",
     "NormalisedInputResidual",
     "identity_path_change",
     "loss_overwriting_targets",
@@ -66,6 +70,7 @@ __all__ = [
     "copy_accuracy",
     "batches_sorted_by_characters",
     "padding_waste_by_sort_key",
+    "greedy_decode_recomputing_prefix",
 ]
 
 
@@ -366,6 +371,23 @@ def finite_fill_in_low_precision(fill: float = -1e9) -> dict[str, dict[str, obje
     return report
 
 
+# --- Chapter 3: embeddings ----------------------------------------------------------------------
+
+
+def sinusoidal_table_in_halves(max_len: int, d_model: int) -> Tensor:
+    """Positional encodings with all sines first and all cosines after them: ``(max_len, d_model)``.
+
+    tensor2tensor's ``get_timing_signal_1d`` concatenates the two halves, and tutorials that follow
+    it do too. It is as good an encoding (the same columns in another order), but it is not the
+    paper's table, ``PE(p, 2i) = sin``, ``PE(p, 2i + 1) = cos``: weights or checks written for one
+    do not fit the other.
+    """
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    angles = position / 10000.0 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    # BUG: side by side, not interleaved; an odd width drops the last cosine
+    return torch.cat([angles.sin(), angles.cos()], dim=1)[:, :d_model].float()
+
+
 # --- Chapter 4: blocks ----------------------------------------------------------------------------
 
 
@@ -461,3 +483,29 @@ def padding_waste_by_sort_key(sentences: Sequence[str], tokenize: Callable[[str]
         "characters": padding_waste(batches_sorted_by_characters(sentences, tokenize, batch_size), lengths),
         "tokens": padding_waste(cut(by_tokens), lengths),
     }
+
+
+# --- Chapter 6: decoding --------------------------------------------------------------------------
+
+
+def greedy_decode_recomputing_prefix(model: nn.Module, src: Tensor, src_mask: Tensor, max_new_tokens: int,
+                                     bos_id: int, eos_id: int, pad_id: int) -> Tensor:
+    """Greedy decoding that feeds the decoder the whole prefix at every step, without the cache.
+
+    The Annotated Transformer's ``greedy_decode`` loops this way. Its tokens are right (``(B, T)``,
+    no ``<bos>``, pads after each row's ``<eos>``), but step ``t`` recomputes the ``t - 1``
+    positions before it, ``T(T+1)/2`` position-computations per layer where ``T`` would do.
+    """
+    model.eval()
+    tokens = torch.full((src.size(0), 1), bos_id, device=src.device)  # (B, 1): <bos>
+    finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)  # (B, S, D)
+        for _ in range(max_new_tokens):
+            logits = next_token_logits(model, tokens, memory, src_mask)  # BUG: the whole prefix, every step
+            next_token = logits.argmax(dim=-1).masked_fill(finished, pad_id)  # (B,)
+            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+            finished |= next_token == eos_id
+            if bool(finished.all()):
+                break
+    return tokens[:, 1:]
