@@ -192,12 +192,13 @@ $(LOWEST_VENV)/.installed: requirements-lowest.txt | $(UV)
 # The library's tests at the newest versions pyproject.toml's ranges allow, without the lock: a new
 # release of torch (PyPI's newest is a CUDA build, several GB, which runs on a CPU too) or of any other
 # dependency that breaks something shows here first. .venv-latest is kept between runs and upgraded to
-# what PyPI has today (uv's cache keeps a repeated run quick). The same tests as `make lowest` (the
+# what PyPI has today (uv's cache keeps a repeated run quick), with [words] (spaCy), as `make lowest`'s lock
+# has it. The same tests as `make lowest` (the
 # library's, not the book's, nor tests/test_lock.py, which checks .venv against the lock).
 LATEST_VENV := .venv-latest
 latest: | $(UV)
 	test -x $(LATEST_VENV)/bin/python || $(PYTHON) -m venv $(LATEST_VENV)
-	$(UV) pip install --python $(LATEST_VENV)/bin/python --quiet --compile-bytecode --upgrade -e . pytest pytest-xdist hypothesis pyyaml
+	$(UV) pip install --python $(LATEST_VENV)/bin/python --quiet --compile-bytecode --upgrade -e .[words] pytest pytest-xdist hypothesis pyyaml
 	$(LATEST_VENV)/bin/python -c 'import torch; print("make latest: torch", torch.__version__)'
 	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) $(LATEST_VENV)/bin/python -m pytest -p no:cacheprovider -q \
 	  -n $(PYTEST_WORKERS) --dist worksteal --durations=10 -m "not end_to_end" --deselect $(LOWEST_DESELECT) $(LOWEST_TESTS)
@@ -207,7 +208,7 @@ latest: | $(UV)
 PY ?= 3.13
 python: | $(UV)
 	test -x .venv-py$(PY)/bin/python || $(UV) venv --quiet --python $(firstword $(wildcard $(HOME)/.pyenv/versions/$(PY)*/bin/python$(PY)) python$(PY)) .venv-py$(PY)
-	$(UV) pip install --python .venv-py$(PY)/bin/python --quiet --upgrade . pytest hypothesis pyyaml
+	$(UV) pip install --python .venv-py$(PY)/bin/python --quiet --upgrade .[words] pytest hypothesis pyyaml
 	OMP_NUM_THREADS=1 PYTHONPATH=$(CURDIR) .venv-py$(PY)/bin/python -m pytest -p no:cacheprovider -q $(LOWEST_TESTS)
 
 # Every chapter under nbmake in this checkout's .venv, two at a time: the quick check while writing one.

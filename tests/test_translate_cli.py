@@ -10,6 +10,7 @@ import functools
 import gzip
 import io
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -443,9 +444,28 @@ def test_exit_statuses_tell_a_bad_command_line_from_a_failed_run_and_a_signal(ch
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, env=env)
         _wait_for_a_sigterm_handler(process)  # past the imports: the command line's own handler is in place
+        _wait_until_it_reads_standard_input(process)  # not still loading (a loaded machine takes seconds)
         process.send_signal(signum)
         _, err = process.communicate(timeout=60)
         assert process.returncode == expected and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+def _wait_until_it_reads_standard_input(process: subprocess.Popen) -> None:
+    """Until ``process`` is blocked in read(2) on file descriptor 0 (Linux on x86-64 tells:
+    /proc/PID/syscall starts with the call's number, 0, and its first argument, the descriptor). Else
+    (another system, or no permission) the handler's wait above has to do."""
+    syscall = Path(f"/proc/{process.pid}/syscall")
+    if platform.machine() != "x86_64" or not os.access(syscall, os.R_OK):
+        return
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if syscall.read_text().split()[:2] == ["0", "0x0"]:
+                return
+        except (OSError, IndexError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"the command never waited on its standard input (exit status {process.poll()})")
 
 
 def _wait_for_a_sigterm_handler(process: subprocess.Popen) -> None:
