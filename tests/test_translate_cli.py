@@ -441,13 +441,25 @@ def test_exit_statuses_tell_a_bad_command_line_from_a_failed_run_and_a_signal(ch
     assert "exit status: 0 success; 1 the run failed" in help_text and "130 interrupted (Ctrl-C); 143 terminated (SIGTERM)" in help_text
     for signum, expected in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
         # Waiting on standard input (a pipe left open) when the signal comes.
+        # SIGINT as a terminal delivers it: `make test` runs these tests in a background job, whose
+        # commands start with SIGINT ignored (POSIX), and Python then keeps ignoring it.
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, env=env)
+                                   text=True, env=env, preexec_fn=_default_sigint)
         _wait_for_a_sigterm_handler(process)  # past the imports: the command line's own handler is in place
         _wait_until_it_reads_standard_input(process)  # not still loading (a loaded machine takes seconds)
         process.send_signal(signum)
-        _, err = process.communicate(timeout=60)
-        assert process.returncode == expected and "Traceback" not in err and len(err.splitlines()) == 1, err
+        try:  # standard input stays open until it exits: only the signal can end it
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise AssertionError(f"{signal.Signals(signum).name} did not stop the command waiting on its input") from None
+        _, err = process.communicate()
+        assert process.returncode == expected and "Traceback" not in err and len(err.splitlines()) == 1, (
+            f"{signal.Signals(signum).name}: exit status {process.returncode}, stderr {err!r}")
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_until_it_reads_standard_input(process: subprocess.Popen) -> None:
