@@ -212,22 +212,13 @@ def _unstable_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
         return None
 
 
-def _large_scores(fn: Callable[..., Any], matched: bool) -> None:
-    q, k, v, example = large_inputs()
-    what = "your attention on large scores"
+def _stable(fn: Callable[..., Any], matched: bool, inputs: Callable[[], tuple], what: str, check: str,
+            situation: str, atol: float) -> None:
+    """``fn`` on inputs where a softmax by hand overflows (large scores, float16) against float64."""
+    q, k, v, example = inputs()
     out = as_output(call(fn, q, k, v, what=what, example=example, names=QKV), what, example)[0]
     expect_stable(out, F.scaled_dot_product_attention(q.double(), k.double(), v.double()), _unstable_attention(q, k, v),
-                  check="large_scores", situation="at scores of realistic size", example=example, matched=matched,
-                  atol=LARGE_ATOL)
-
-
-def _half_precision(fn: Callable[..., Any], matched: bool) -> None:
-    q, k, v, example = half_inputs()
-    what = "your attention in float16"
-    out = as_output(call(fn, q, k, v, what=what, example=example, names=QKV), what, example)[0]
-    expect_stable(out, F.scaled_dot_product_attention(q.double(), k.double(), v.double()), _unstable_attention(q, k, v),
-                  check="half_precision", situation="in float16 (mixed precision)", example=example, matched=matched,
-                  atol=HALF_ATOL)
+                  check=check, situation=situation, example=example, matched=matched, atol=atol)
 
 
 def _gradients(fn: Callable[..., Any], matched: bool) -> None:
@@ -276,9 +267,11 @@ def grade_attention(fn: Callable[..., Any], *, from_scratch: bool = True) -> Gra
         grading.check("permutation-equivariant: shuffled tokens give shuffled outputs "
                       "(transformer_lib.properties)", partial(_permutation_equivariant, fn))
         grading.check("stays finite and exact at scores of realistic size (entries of scale 30, d_k = 64)",
-                      partial(_large_scores, fn, matched))
+                      partial(_stable, fn, matched, large_inputs, "your attention on large scores",
+                              "large_scores", "at scores of realistic size", LARGE_ATOL))
         grading.check("works in float16: finite, within float16 rounding of the float64 answer",
-                      partial(_half_precision, fn, matched))
+                      partial(_stable, fn, matched, half_inputs, "your attention in float16",
+                              "half_precision", "in float16 (mixed precision)", HALF_ATOL))
         grading.check("gradients reach the query, the key and the value, and equal the library's",
                       partial(_gradients, fn, matched))
     return grading.report
