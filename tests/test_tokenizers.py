@@ -24,7 +24,7 @@ def test_every_kind_is_in_the_table_and_implements_the_interface() -> None:
     made = _tokenizers()
     assert set(TOKENIZERS) == set(made)
     for kind, tokenizer in made.items():
-        assert isinstance(tokenizer, Tokenizer) and tokenizer.kind == kind and TOKENIZERS[kind] is type(tokenizer)
+        assert isinstance(tokenizer, Tokenizer) and tokenizer.kind == kind and TOKENIZERS[kind].tokenizer is type(tokenizer)
 
 
 @pytest.mark.parametrize("kind", ["words", "symbols", "bpe"])

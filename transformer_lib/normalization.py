@@ -15,8 +15,7 @@ as ``NORMS[name](width, eps=eps)``. The same table makes the QK-norm of attentio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -61,5 +60,6 @@ class RMSNorm(nn.Module):
         return f"{self.weight.numel()}, eps={self.eps}"
 
 
-# Each entry is called as NORMS[name](width, eps=eps) (TransformerConfig.norm takes its names from here).
-NORMS: Mapping[str, Callable[..., nn.Module]] = MappingProxyType({"layernorm": nn.LayerNorm, "rmsnorm": RMSNorm})
+# Each entry is called as NORMS[name](width, eps=eps). TransformerConfig.norm and the training command's
+# --norm take their names from here, and the parameter count builds the model: a new norm is one entry.
+NORMS: dict[str, Callable[..., nn.Module]] = {"layernorm": nn.LayerNorm, "rmsnorm": RMSNorm}

@@ -20,8 +20,7 @@ import torch
 
 from .batching import SOURCE_FORMAT, TranslationData
 from .multi30k import load_multi30k
-from .subword import SubwordTokenizer
-from .tokenizers import WordTokenizer, tokenize_corpus, tokenizer_from_dict
+from .tokenizers import TOKENIZERS, WordTokenizer, learned_tokenizers, tokenizer_from_dict
 from .validation import check_bool, content_sha256, refusal_reason
 from .vocab import Tokenizer, TokenizerPair, Vocab
 
@@ -254,18 +253,18 @@ def prepare_multi30k(
             ``"bpe"`` (one joint subword vocabulary of ``vocab_size`` tokens learned on the training
             split of both languages, :class:`~transformer_lib.subword.SubwordTokenizer`; ``min_freq``
             is the fewest times a pair must occur to be merged): a kind of
-            :data:`~transformer_lib.tokenizers.TOKENIZERS` that learns from text.
+            :data:`~transformer_lib.tokenizers.TOKENIZERS` that learns from text (:func:`~transformer_lib.tokenizers.learned_tokenizers`).
         find_options: passed to :func:`~transformer_lib.multi30k.multi30k_dir`.
     """
-    if tokenizer not in _LEARNED:
-        raise ValueError(f"tokenizer must be one of {sorted(_LEARNED)}, got {tokenizer!r}")
+    if tokenizer not in learned_tokenizers():
+        raise ValueError(f"tokenizer must be one of {sorted(learned_tokenizers())}, got {tokenizer!r}")
     check_bool("lowercase", lowercase)  # "no" would lower-case every sentence
     if "train" not in splits:
         raise ValueError(f"splits must include 'train' (the vocabularies are built from it), got {list(splits)}")
     text = {split: load_multi30k(split, root, src_lang=src_lang, tgt_lang=tgt_lang, **find_options) for split in splits}
     if train_size is not None:
         text["train"] = _training_subset(text["train"], train_size, seed)
-    tokens, src_tokenizer, tgt_tokenizer = _LEARNED[tokenizer](text, src_lang, tgt_lang, lowercase, min_freq, vocab_size)
+    tokens, src_tokenizer, tgt_tokenizer = TOKENIZERS[tokenizer].learn(text, src_lang, tgt_lang, lowercase, min_freq, vocab_size)
     settings = {
         "corpus": "multi30k",
         "src_lang": src_lang,
@@ -273,7 +272,7 @@ def prepare_multi30k(
         "lowercase": lowercase,
         "tokenizer": tokenizer,
         "min_freq": min_freq,
-        **({"vocab_size": len(src_tokenizer.vocab)} if tokenizer == "bpe" else {}),
+        **({"vocab_size": len(src_tokenizer.vocab)} if TOKENIZERS[tokenizer].joint else {}),
         "train_size": len(text["train"]),
         "train_subset": train_size is not None,  # a random subset (train_size) rather than every pair
         "source_format": SOURCE_FORMAT,
@@ -288,37 +287,6 @@ def _training_subset(pairs: Sequence[tuple[str, str]], train_size: int, seed: in
         raise ValueError(f"train_size must be in [1, {len(pairs)}], got {train_size}")
     keep = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(seed))[:train_size]
     return [pairs[i] for i in sorted(keep.tolist())]
-
-
-def _word_tokens(
-    text: Mapping[str, Sequence[tuple[str, str]]], src_lang: str, tgt_lang: str, lowercase: bool, min_freq: int,
-    vocab_size: int,
-) -> tuple[SplitTokens, Tokenizer, Tokenizer]:
-    """Split every split into spaCy words, and build one vocabulary per language on the training split."""
-    tokens = {
-        split: (tokenize_corpus((s for s, _ in pairs), src_lang, lowercase), tokenize_corpus((t for _, t in pairs), tgt_lang, lowercase))
-        for split, pairs in text.items()
-    }
-    src = WordTokenizer(Vocab.build(tokens["train"][0], min_freq=min_freq), src_lang, lowercase)
-    tgt = WordTokenizer(Vocab.build(tokens["train"][1], min_freq=min_freq), tgt_lang, lowercase)
-    return tokens, src, tgt
-
-
-def _bpe_tokens(
-    text: Mapping[str, Sequence[tuple[str, str]]], src_lang: str, tgt_lang: str, lowercase: bool, min_freq: int,
-    vocab_size: int,
-) -> tuple[SplitTokens, Tokenizer, Tokenizer]:
-    """Learn one BPE vocabulary on the training split (both sides) and split every split into pieces."""
-    train = text["train"]
-    bpe = SubwordTokenizer.train([*(s for s, _ in train), *(t for _, t in train)], vocab_size=vocab_size,
-                                 min_frequency=min_freq, lowercase=lowercase)
-    tokens = {split: (bpe.tokenize_batch([s for s, _ in pairs]), bpe.tokenize_batch([t for _, t in pairs]))
-              for split, pairs in text.items()}
-    return tokens, bpe, bpe
-
-
-# The tokenizers prepare_multi30k learns from the training split, by kind.
-_LEARNED = {"words": _word_tokens, "bpe": _bpe_tokens}
 
 
 def _as_ids(tokens: SplitTokens, src_vocab: Vocab, tgt_vocab: Vocab) -> dict[str, TranslationData]:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
-from types import MappingProxyType
 from typing import Any
 
 from .subword import SubwordTokenizer
@@ -34,7 +34,9 @@ __all__ = [
     "detokenize",
     "WordTokenizer",
     "SymbolTokenizer",
+    "TokenizerKind",
     "TOKENIZERS",
+    "learned_tokenizers",
     "check_language",
     "tokenizer_from_dict",
 ]
@@ -240,21 +242,76 @@ class SymbolTokenizer(Tokenizer):
         return cls(Vocab(values["tokens"]))
 
 
-# Every kind of tokenizer by the name its dict records. A new kind is one class and one line here.
-TOKENIZERS: Mapping[str, type[Tokenizer]] = MappingProxyType({
-    "words": WordTokenizer,
-    "bpe": SubwordTokenizer,
-    "symbols": SymbolTokenizer,
-})
+TextPairs = Mapping[str, Sequence[tuple[str, str]]]  # split name -> (source, target) sentence pairs
+SplitTokens = dict[str, tuple[list[list[str]], list[list[str]]]]  # split name -> (source, target) token lists
 
 
-# The entries each kind's dict holds (to_dict): anything else in a file (a normalizer, a pre-tokenizer,
-# a regex) is refused, since how text is normalised and split comes from this library, never a file.
-_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "words": ("kind", "tokens", "lang", "lowercase"),
-    "bpe": ("kind", "tokens", "merges", "lowercase"),
-    "symbols": ("kind", "tokens"),
-})
+def _check_words_dict(values: Mapping[str, Any], where: str) -> None:
+    check_language(values.get("lang"), f"{where}['lang']")
+
+
+def _check_bpe_dict(values: Mapping[str, Any], where: str) -> None:
+    _check_merges(values.get("merges"), set(values["tokens"]), f"{where}['merges']")
+
+
+def _learn_words(text: TextPairs, src_lang: str, tgt_lang: str, lowercase: bool, min_freq: int,
+                 vocab_size: int | None) -> tuple[SplitTokens, Tokenizer, Tokenizer]:
+    """Split every split into spaCy words, and build one vocabulary per language on the training split."""
+    tokens = {
+        split: (tokenize_corpus((s for s, _ in pairs), src_lang, lowercase), tokenize_corpus((t for _, t in pairs), tgt_lang, lowercase))
+        for split, pairs in text.items()
+    }
+    src = WordTokenizer(Vocab.build(tokens["train"][0], min_freq=min_freq), src_lang, lowercase)
+    tgt = WordTokenizer(Vocab.build(tokens["train"][1], min_freq=min_freq), tgt_lang, lowercase)
+    return tokens, src, tgt
+
+
+def _learn_bpe(text: TextPairs, src_lang: str, tgt_lang: str, lowercase: bool, min_freq: int,
+               vocab_size: int | None) -> tuple[SplitTokens, Tokenizer, Tokenizer]:
+    """Learn one BPE vocabulary on the training split (both sides) and split every split into pieces."""
+    train = text["train"]
+    bpe = SubwordTokenizer.train([*(s for s, _ in train), *(t for _, t in train)], vocab_size=vocab_size,
+                                 min_frequency=min_freq, lowercase=lowercase)
+    tokens = {split: (bpe.tokenize_batch([s for s, _ in pairs]), bpe.tokenize_batch([t for _, t in pairs]))
+              for split, pairs in text.items()}
+    return tokens, bpe, bpe
+
+
+@dataclass(frozen=True)
+class TokenizerKind:
+    """Everything about one kind of tokenizer, the entry of :data:`TOKENIZERS`.
+
+    Args:
+        tokenizer: the class (``from_dict`` rebuilds one from a checkpoint).
+        fields: the entries its dict holds (``to_dict``); anything else in a file (a normalizer, a
+            pre-tokenizer, a regex) is refused, since how text is split comes from this library.
+        check: checks a file's dict beyond the fields every kind has (``kind``, ``tokens``, ``lowercase``).
+        learn: for kinds learned from a corpus (``prepare_multi30k``, the training command's
+            ``--tokenizer``): ``learn(text, src_lang, tgt_lang, lowercase, min_freq, vocab_size)`` gives
+            every split's tokens and the source and target tokenizers.
+        joint: one vocabulary for both languages, so the model shares (and ties) its embeddings and
+            ``vocab_size`` sets its size.
+    """
+
+    tokenizer: type[Tokenizer]
+    fields: tuple[str, ...]
+    check: Callable[[Mapping[str, Any], str], None] | None = None
+    learn: Callable[..., tuple[SplitTokens, Tokenizer, Tokenizer]] | None = None
+    joint: bool = False
+
+
+# Every kind of tokenizer by the name its dict records. A new kind is one entry here.
+TOKENIZERS: dict[str, TokenizerKind] = {
+    "words": TokenizerKind(WordTokenizer, ("kind", "tokens", "lang", "lowercase"), _check_words_dict, _learn_words),
+    "bpe": TokenizerKind(SubwordTokenizer, ("kind", "tokens", "merges", "lowercase"), _check_bpe_dict, _learn_bpe,
+                         joint=True),
+    "symbols": TokenizerKind(SymbolTokenizer, ("kind", "tokens")),
+}
+
+
+def learned_tokenizers() -> tuple[str, ...]:
+    """The kinds of :data:`TOKENIZERS` that learn from a corpus (the training command's ``--tokenizer``)."""
+    return tuple(name for name, kind in TOKENIZERS.items() if kind.learn is not None)
 
 
 def tokenizer_from_dict(values: Mapping[str, Any], where: str = "tokenizer") -> Tokenizer:
@@ -273,17 +330,16 @@ def tokenizer_from_dict(values: Mapping[str, Any], where: str = "tokenizer") -> 
     kind = values.get("kind")
     if kind not in TOKENIZERS:
         raise ValueError(f"{where}['kind']={kind!r} is not a tokenizer kind this library knows: {sorted(TOKENIZERS)}")
-    unknown = sorted(str(key) for key in set(values) - set(_FIELDS[kind]))
+    entry = TOKENIZERS[kind]
+    unknown = sorted(str(key) for key in set(values) - set(entry.fields))
     if unknown:
-        raise ValueError(f"{where} has entries {unknown} that a {kind!r} tokenizer does not have (it has {list(_FIELDS[kind])})")
+        raise ValueError(f"{where} has entries {unknown} that a {kind!r} tokenizer does not have (it has {list(entry.fields)})")
     tokens = _checked_tokens(values.get("tokens"), f"{where}['tokens']")
     if not isinstance(values.get("lowercase", False), bool):
         raise ValueError(f"{where}['lowercase'] must be True or False, got {values['lowercase']!r}")
-    if kind == "words":
-        check_language(values.get("lang"), f"{where}['lang']")
-    if kind == "bpe":
-        _check_merges(values.get("merges"), set(tokens), f"{where}['merges']")
-    return TOKENIZERS[kind].from_dict(dict(values))
+    if entry.check is not None:
+        entry.check(values, where)
+    return entry.tokenizer.from_dict(dict(values))
 
 
 def _checked_tokens(tokens: object, where: str) -> list[str]:

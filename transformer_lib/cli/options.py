@@ -25,6 +25,7 @@ from typing import Any
 from ..config import PRESETS, TransformerConfig
 from ..device import AMP_MODES
 from ..schedules import SCHEDULES
+from ..tokenizers import TOKENIZERS, learned_tokenizers
 from ..toy_tasks import TOY_TASKS
 from ..trainer import TrainConfig
 from ..validation import check_choice, check_int, check_number
@@ -33,11 +34,10 @@ from .common import EXIT_EPILOG, MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineP
 from .console import LEVELS
 from .profiles import DEFAULTS, PROFILE_ENV, PROFILES, current_profile
 
-__all__ = ["TASKS", "TOKENIZERS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "flag", "parse_args", "read_config",
+__all__ = ["TASKS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "flag", "parse_args", "read_config",
            "resolve"]
 
 TASKS = (*TOY_TASKS, "multi30k")
-TOKENIZERS = ("words", "bpe")  # what prepare_multi30k learns from the training split
 BLEU_MODES = ("off", "final", "epoch")
 # The widest beam accepted (both command lines): wider beams cost time in proportion and, on these
 # models, find more empty or degenerate translations rather than better ones.
@@ -84,7 +84,7 @@ class RunConfig:
     epochs: int | None = _option("passes over the training data", resumable=True, maximum=10**6)
     max_steps: int | None = _option("stop after this many updates", resumable=True, maximum=10**9)
     batch_size: int = _option("sentences per batch (the global batch under torchrun)", maximum=10**6)
-    schedule: str = _option("learning-rate schedule", choices=tuple(SCHEDULES))
+    schedule: str = _option("learning-rate schedule", choices=SCHEDULES)
     lr: float | None = _option("peak learning rate", maximum=10.0)
     warmup_steps: int = _option("warm-up updates (the rate peaks here)", maximum=10**9)
     label_smoothing: float = _option("label smoothing of the training loss")
@@ -108,7 +108,7 @@ class RunConfig:
     # multi30k
     train_size: int | None = _option("train on a random subset of this many pairs", task="multi30k", maximum=10**7)
     tokenizer: str | None = _option("words: a word vocabulary per language; bpe: one joint subword vocabulary, "
-                                     "embeddings shared and tied", choices=TOKENIZERS, task="multi30k")
+                                     "embeddings shared and tied", choices=learned_tokenizers, task="multi30k")
     vocab_size: int | None = _option("with --tokenizer bpe: tokens in the joint vocabulary", task="multi30k", maximum=10**6)
     min_freq: int | None = _option("words: fewest occurrences of a word; bpe: of a pair to merge", task="multi30k", maximum=10**6)
     lowercase: bool = _option("lower-case the text", False, task="multi30k")
@@ -168,10 +168,10 @@ class RunConfig:
             if self.bleu != "off":
                 raise ValueError(f"--bleu {self.bleu}: BLEU scores translations; the {self.task!r} task has exact match instead")
             return
-        check_choice(flag("tokenizer"), self.tokenizer, TOKENIZERS)
+        check_choice(flag("tokenizer"), self.tokenizer, learned_tokenizers())
         check_choice(flag("bleu"), self.bleu, BLEU_MODES)
-        if self.tokenizer == "bpe" and self.vocab_size is not None and self.vocab_size <= len(SPECIALS):
-            raise ValueError(f"--vocab-size must be more than the {len(SPECIALS)} special tokens for --tokenizer bpe, "
+        if TOKENIZERS[self.tokenizer].joint and self.vocab_size is not None and self.vocab_size <= len(SPECIALS):
+            raise ValueError(f"--vocab-size must be more than the {len(SPECIALS)} special tokens for --tokenizer {self.tokenizer}, "
                              f"got {self.vocab_size}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -198,7 +198,7 @@ class RunConfig:
             overrides["dropout"] = self.dropout
         if self.norm_first is not None:
             overrides["norm_first"] = self.norm_first
-        if self.tokenizer == "bpe":
+        if self.tokenizer is not None and TOKENIZERS[self.tokenizer].joint:
             overrides.update(share_embeddings=True, tie_output=True)
         return TransformerConfig.from_preset(self.preset, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
                                              pad_id=pad_id, **overrides)
@@ -298,7 +298,9 @@ def _add_field(parser: Any, item: dataclasses.Field, hint: Any) -> None:
         parser.add_argument(name, action="store_true", **options)
     else:
         convert = _number_or_off(kind) if meta["zero_is_off"] else kind
-        parser.add_argument(name, type=convert, choices=meta["choices"], metavar=meta["metavar"], **options)
+        choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]  # read when the parser is made
+        parser.add_argument(name, type=convert, choices=None if choices is None else tuple(choices), metavar=meta["metavar"],
+                            **options)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -68,7 +68,7 @@ from ..distributed import DistributedSetup, setup_distributed, teardown_distribu
 from ..metrics import evaluate
 from ..model import Transformer, count_parameters
 from ..prepared import PreparedTranslation, prepare_multi30k
-from ..tokenizers import SymbolTokenizer, tokenizer_from_dict
+from ..tokenizers import TOKENIZERS, SymbolTokenizer, tokenizer_from_dict
 from ..toy_tasks import toy_task, toy_vocab
 from ..trainer import Trainer
 from ..translator import Translator, evaluate_bleu
@@ -363,8 +363,8 @@ def _multi30k_data(run: _Run, cached_exists: bool) -> PreparedTranslation:
     if run.processes.is_main:  # one process tokenizes; the others wait for its file
         what = "all pairs" if config.train_size is None else f"a random {config.train_size:,} pairs"
         logger.info(f"preparing {what} of the training split ({config.profile} profile)")
-        how = (f"spaCy blank tokenizers, min_freq={config.min_freq}" if config.tokenizer == "words"
-               else f"joint BPE vocabulary of {config.vocab_size:,} tokens, learned on the training split")
+        how = (f"a joint {config.tokenizer} vocabulary of {config.vocab_size:,} tokens, learned on the training split"
+               if TOKENIZERS[config.tokenizer].joint else f"{config.tokenizer} tokenizers, min_freq={config.min_freq}")
         logger.info(f"tokenizing Multi30k ({how}) ...")
         prepared = prepare_multi30k(
             session.data_dir, lowercase=config.lowercase, min_freq=config.min_freq, train_size=config.train_size,
