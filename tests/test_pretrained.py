@@ -118,14 +118,140 @@ def test_a_changed_file_is_refused(tmp_path):
         pretrained.load(copy)
 
 
+def _resaved(source: Path, path: Path, change=None) -> Path:
+    """``source``'s tensors and metadata written to ``path`` by safetensors alone, after ``change(tensors,
+    metadata)``: what another tool, or someone editing the file, would write."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(source), framework="pt") as file:
+        tensors = {name: file.get_tensor(name) for name in file.keys()}
+        metadata = dict(file.metadata())
+    if change is not None:
+        change(tensors, metadata)
+    save_file(tensors, str(path), metadata=metadata)
+    return path
+
+
 def test_a_missing_file_or_checksum_is_an_error(tmp_path):
     with pytest.raises(pretrained.PretrainedError, match=str(tmp_path / "none")):
         pretrained.load(tmp_path / "none.safetensors")
-    other = tmp_path / "other.safetensors"
-    shutil.copy(pretrained.shipped_path(), other)
+    other = _resaved(pretrained.shipped_path(), tmp_path / "other.safetensors",
+                     lambda tensors, metadata: metadata.pop(pretrained.CHECKSUM_FIELD))
     with pytest.raises(pretrained.PretrainedError, match="no checksum"):
         pretrained.info(other)
     assert pretrained.info(other, sha256=pretrained.sha256_of(other)).decoding  # an explicit checksum is enough
+
+
+def test_a_file_a_user_was_given_loads_by_the_checksum_it_carries(tmp_path):
+    """Issue 46: a copied model file loads with ``pretrained.load(path)``, no SHA-256 passed or listed."""
+    given = tmp_path / "given.safetensors"
+    shutil.copy(pretrained.shipped_path(), given)
+    assert not (tmp_path / "SHA256SUMS").exists()
+    recorded = pretrained.info(given).card and pretrained._metadata(given)[pretrained.CHECKSUM_FIELD]
+    assert recorded == pretrained.content_sha256(given) != pretrained.sha256_of(given)  # not the file's own hash
+    assert pretrained.load(given).translate(["Ein Hund rennt."], beam_size=1) == \
+        pretrained.load().translate(["Ein Hund rennt."], beam_size=1)
+
+
+def _flip_a_weight(tensors, metadata):
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name].clone()
+    tensors[name].view(-1)[0] += 1
+
+
+def _relicense(tensors, metadata):
+    card = json.loads(metadata["model_card"])
+    card["data"]["license"] = "any use"
+    metadata["model_card"] = json.dumps(card)
+
+
+@pytest.mark.parametrize("change", [_flip_a_weight, _relicense, lambda t, m: m.update(task="reverse"),
+                                    lambda t, m: t.update(extra=torch.zeros(3, dtype=torch.float16))],
+                         ids=["a weight", "the card", "the task", "a tensor added"])
+def test_a_changed_file_is_refused_by_the_checksum_it_carries(tmp_path, change):
+    """A weight, a metadata field or an added tensor changed after export, the carried checksum kept."""
+    path = _resaved(pretrained.shipped_path(), tmp_path / "given.safetensors", change)
+    with pytest.raises(pretrained.PretrainedError, match="SHA-256") as error:
+        pretrained.load(path)
+    assert str(path) in str(error.value)
+    with pytest.raises(pretrained.PretrainedError, match="SHA-256"):
+        pretrained.info(path)
+
+
+def test_the_carried_checksum_does_not_depend_on_the_tensors_layout(tmp_path):
+    """The same tensors and metadata written in another order give the same content checksum."""
+    def reorder(tensors, metadata):
+        items = sorted(tensors.items(), reverse=True)
+        tensors.clear()
+        tensors.update(items)
+
+    path = _resaved(pretrained.shipped_path(), tmp_path / "again.safetensors", reorder)
+    assert pretrained.content_sha256(path) == pretrained.content_sha256(pretrained.shipped_path())
+    pretrained.load(path)
+
+
+def test_the_shipped_file_carries_its_model_card():
+    """Issue 46: data and its licence, the code's licence, intended use, limitations, metrics with
+    signatures and how the model was trained, in the file, from :func:`pretrained.info`."""
+    record = pretrained.info()
+    card = record.card
+    assert {"model", "task", "languages", "data", "code_license", "intended_use", "limitations", "metrics",
+            "training", "decoding"} <= set(card)
+    assert card["code_license"] == "MIT" and card["languages"] == {"source": "de", "target": "en"}
+    assert "Multi30k" in card["data"]["name"] and "Elliott" in card["data"]["citation"]
+    assert "non-commercial" in card["data"]["license"] and "non-commercial" not in card["intended_use"].replace(
+        "commercial translation", "")  # the use is stated, the licence limits it
+    limits = " ".join(card["limitations"]).lower()
+    assert all(word in limits for word in ("caption", "lowercase", "long"))
+    head = pretrained.headline(record)
+    chosen = [m for m in card["metrics"] if "chosen on validation" in m["decoding"] and m["case"] == "cased"]
+    assert [m["score"] for m in chosen] == [head["test_bleu"]] and chosen[0]["signature"] == head["signature"]
+    assert all(m["signature"].startswith("nrefs:1|case:") for m in card["metrics"])
+    assert card["training"]["command"] == record.run["command"] and card["training"]["hardware"] == record.run["hardware"]
+    assert card["model"]["parameters"] == sum(p.numel() for p in Transformer(record.config).parameters())
+    assert card["decoding"]["beam_size"] == record.decoding["beam_size"]
+
+
+def test_save_writes_the_card_and_is_whole_or_not_at_all(tmp_path):
+    """``save`` writes to a temporary file beside the target and renames it (issue 43): a failed check or
+    the size limit leaves the file it would replace as it was, and no temporary file."""
+    translator = _tiny_translator()
+    path = tmp_path / "tiny.safetensors"
+    pretrained.save(translator, path, {"note": "tiny"}, TUNING)
+    before = path.read_bytes()
+    card = pretrained.info(path).card
+    assert card["task"] == "multi30k" and card["code_license"] == "MIT" and card["metrics"][0]["score"] == 1.0
+
+    def refuse(staged: Path) -> None:
+        assert staged.parent == tmp_path and staged != path and staged.is_file()
+        raise pretrained.PretrainedError("refused by the check")
+
+    with pytest.raises(pretrained.PretrainedError, match="refused"):
+        pretrained.save(translator, path, {"note": "other"}, TUNING, check=refuse)
+    assert path.read_bytes() == before and sorted(tmp_path.iterdir()) == [path]
+    original = pretrained.MAX_BYTES
+    try:
+        pretrained.MAX_BYTES = 1000
+        with pytest.raises(pretrained.PretrainedError, match="1,000"):
+            pretrained.save(translator, path, {"note": "other"}, TUNING)
+    finally:
+        pretrained.MAX_BYTES = original
+    assert path.read_bytes() == before and sorted(tmp_path.iterdir()) == [path]
+
+
+def test_export_without_a_tuning_report_chooses_among_what_the_run_scored_on_validation():
+    """The default decoding of an export from an installed wheel, where benchmarks/ is not: the run's
+    own validation BLEU picks greedy or its beam; a run that scored no BLEU gets greedy, said so."""
+    run = pretrained.info().run
+    tuning = export.run_tuning(run)
+    val = {name: result["cased"]["score"] for name, result in run["bleu"]["val"].items()}
+    best = max(val, key=val.get)
+    assert tuning["chosen"]["beam_size"] == (1 if best == "greedy" else int(best.split()[-1]))
+    assert tuning["chosen"]["bleu"] == val[best] and "validation" in tuning["chosen_by"]
+    assert tuning["test"]["bleu"] == run["bleu"]["test"][best]["cased"]["score"]
+    toy = export.run_tuning({**run, "bleu": None})
+    assert toy["chosen"]["beam_size"] == 1 and toy["chosen_by"].startswith("default") and toy["test"] is None
 
 
 def test_another_safetensors_file_is_refused(tmp_path):

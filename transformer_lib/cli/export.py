@@ -1,11 +1,16 @@
 """Turn a finished training run into the book's pretrained-model file: ``python -m transformer_lib.cli.export``.
 
-    python -m transformer_lib.cli.export RUN_DIR --tuning TUNING.json --out transformer_lib/weights/multi30k-de-en.safetensors
+    python -m transformer_lib.cli.export RUN_DIR --out model.safetensors
+    python -m transformer_lib.cli.export RUN_DIR --tuning TUNING.json --out model.safetensors
 
-``RUN_DIR`` is the ``--out`` folder of ``python -m transformer_lib.cli.train`` (its ``metrics.json`` names
-the selected weights); ``TUNING.json`` is what ``benchmarks/tune_decoding.py --json`` wrote for them
-(the decoding chosen on validation, and test BLEU with it). The file's SHA-256 is written to
-``SHA256SUMS`` beside it, which :func:`transformer_lib.pretrained.load` checks.
+``RUN_DIR`` is the ``--out`` folder of ``transformer-train`` (its ``metrics.json`` names the selected
+weights). The file records the model's default decoding: without ``--tuning``, the one of the decodings
+the training run scored on validation (greedy, and the beam of its ``--beam-size``, length penalty 0.6)
+with the best cased BLEU there, with that decoding's test BLEU; greedy decoding for a run that scored no
+BLEU (a toy task). ``TUNING.json`` is what ``benchmarks/tune_decoding.py --json`` (in the repository, not
+the wheel) wrote for the weights: a finer grid of beams and length penalties, chosen on validation. The
+file carries its own checksum and a model card (:mod:`transformer_lib.pretrained`), so
+``pretrained.load(FILE)`` loads a copy anywhere; its SHA-256 is also written to ``SHA256SUMS`` beside it.
 
 ``--out`` has no default: the package's own file is replaced only when named. The file is written whole
 or not at all (to a temporary file beside ``--out``, read back and size-checked, then renamed), and a
@@ -23,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import pretrained
-from ..checkpoint import atomic_write, staged_path
+from ..checkpoint import atomic_write
 from ..translator import Translator
 from .common import CommandLineParser, run_command
 
-__all__ = ["main", "tuning_record", "read_run", "read_tuning", "check_replaceable"]
+__all__ = ["main", "tuning_record", "run_tuning", "read_run", "read_tuning", "check_replaceable"]
 
 
 def tuning_record(grid: dict[str, Any]) -> dict[str, Any]:
@@ -44,6 +49,40 @@ def tuning_record(grid: dict[str, Any]) -> dict[str, Any]:
                          f"length penalty {chosen['length_penalty']}")
     return {"chosen_by": grid["chosen_by"], "chosen": chosen, "test": same[0], "test_other": test,
             "val": [entry(row) for row in grid["val"]], "threads": grid.get("threads")}
+
+
+def run_tuning(run: dict[str, Any]) -> dict[str, Any]:
+    """The default decoding a run's own record supports, as :func:`tuning_record` shapes a tuning report:
+    among the decodings the run scored on validation (``metrics.json``'s ``bleu.val``: greedy and
+    ``beam N``, both at the library's length penalty), the one with the best cased BLEU, with its test
+    BLEU; greedy decoding, stated as a default, when the run scored no BLEU."""
+    from ..translator import LENGTH_PENALTY
+
+    def decoding(name: str) -> int:
+        return 1 if name == "greedy" else int(name.split()[-1])
+
+    scored = run.get("bleu") or {}
+    val, test = scored.get("val") or {}, scored.get("test") or {}
+
+    def row(name: str, result: dict[str, Any]) -> dict[str, Any]:
+        return {"beam_size": decoding(name), "length_penalty": LENGTH_PENALTY,
+                "bleu": result["cased"]["score"], "bleu_lowercased": result["lowercased"]["score"],
+                "signature": result["cased"]["signature"], "signature_lowercased": result["lowercased"]["signature"]}
+
+    try:
+        rows = {name: row(name, result) for name, result in val.items()}
+        tests = {name: row(name, result) for name, result in test.items()}
+    except (KeyError, TypeError, ValueError, IndexError) as error:
+        raise ValueError(f"the run's metrics.json has a BLEU record this version cannot read ({error!r})") from None
+    if not rows:
+        chosen = {"beam_size": 1, "length_penalty": LENGTH_PENALTY}
+        return {"chosen_by": "default: greedy decoding (the run scored no BLEU to choose a decoding by)",
+                "chosen": chosen, "test": None, "test_other": [], "val": [], "threads": None}
+    best = max(rows, key=lambda name: (rows[name]["bleu"], -rows[name]["beam_size"]))
+    return {"chosen_by": "validation BLEU, cased, among the decodings the training run scored "
+                         f"({', '.join(rows)}; length penalty {LENGTH_PENALTY})",
+            "chosen": rows[best], "test": tests.get(best), "test_other": list(tests.values()),
+            "val": list(rows.values()), "threads": None}
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -125,20 +164,19 @@ def check_replaceable(path: Path, translator: Translator) -> None:
                          "(the file is replaced only by a model of the same task and languages)")
 
 
-def export(run_dir: Path, tuning_path: Path, out: Path) -> str:
-    """Write ``run_dir``'s selected weights with the tuning report to ``out`` (whole or not at all) and its
-    checksum to ``SHA256SUMS`` beside it; returns the SHA-256. Every check runs before ``out`` changes."""
+def export(run_dir: Path, tuning_path: Path | None, out: Path) -> str:
+    """Write ``run_dir``'s selected weights with the tuning report (``None``: :func:`run_tuning`) to ``out``
+    (whole or not at all) and its checksum to ``SHA256SUMS`` beside it; returns the SHA-256. Every check
+    runs before ``out`` changes."""
     run = read_run(run_dir)
-    tuning = read_tuning(tuning_path)
+    tuning = read_tuning(tuning_path) if tuning_path is not None else run_tuning(run)
     translator = Translator.from_checkpoint(run_dir / run["selection"]["checkpoint"])
     check_replaceable(out, translator)
-    digest: dict[str, str] = {}
 
-    def read_back(staged: Path) -> None:  # the whole file loads with its checksum before it replaces out
-        pretrained.load(staged, sha256=digest["sha256"])
+    def read_back(staged: Path) -> None:  # the whole file loads, by the checksum it carries, before it replaces out
+        pretrained.load(staged)
 
-    with staged_path(out, check=read_back) as staged:
-        digest["sha256"] = pretrained.save(translator, staged, run, tuning)  # raises if over the size limit
+    digest = {"sha256": pretrained.save(translator, out, run, tuning, check=read_back)}  # raises if over the size limit
     sums = out.parent / "SHA256SUMS"
     lines = [line for line in (sums.read_text().splitlines() if sums.is_file() else []) if not line.endswith("  " + out.name)]
     text = "\n".join(sorted(lines + [f"{digest['sha256']}  {out.name}"])) + "\n"
@@ -149,9 +187,11 @@ def export(run_dir: Path, tuning_path: Path, out: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = CommandLineParser(prog="python -m transformer_lib.cli.export", description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="the training run's folder (with metrics.json)")
-    parser.add_argument("--tuning", type=Path, required=True, help="benchmarks/tune_decoding.py --json output")
+    parser.add_argument("--tuning", type=Path, default=None,
+                        help="benchmarks/tune_decoding.py --json output (default: the best decoding on validation "
+                             "among those the run scored)")
     parser.add_argument("--out", type=Path, required=True,
-                        help=f"the file to write (the package's own: {pretrained.shipped_path()})")
+                        help=f"the file to write; required, no default (the package's own is {pretrained.shipped_path()})")
     args = parser.parse_args(argv)
 
     def run() -> None:
