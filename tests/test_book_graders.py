@@ -35,6 +35,7 @@ from transformer_lib.book.graders import (
     GradeReport,
     grade_attention,
     grade_causal_mask,
+    grade_alibi_bias,
     grade_greedy_decode,
     grade_label_smoothed_loss,
     grade_length_batches,
@@ -43,14 +44,18 @@ from transformer_lib.book.graders import (
     grade_padding_mask,
     grade_post_ln_residual,
     grade_pre_ln_residual,
+    grade_rms_norm,
+    grade_rotary,
     grade_sinusoidal_table,
+    grade_sliding_window_mask,
     grade_target_mask,
     grade_target_shift,
 )
 from transformer_lib.decoding import greedy_decode, next_token_logits
-from transformer_lib.embeddings import sinusoidal_table
+from transformer_lib.embeddings import ALiBiBias, RotaryEmbedding, sinusoidal_table
 from transformer_lib.kv_cache import kv_cache
-from transformer_lib.masking import causal_mask, padding_mask, target_mask
+from transformer_lib.masking import causal_mask, padding_mask, sliding_window_mask, target_mask
+from transformer_lib.normalization import RMSNorm
 from transformer_lib.losses import label_smoothed_cross_entropy
 
 # --- Second, independent implementations (written without the library) -----------------------------
@@ -154,6 +159,41 @@ def library_greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: in
                          pad_id=pad_id)
 
 
+def complex_rotary(x: Tensor, start: int) -> Tensor:
+    """RoPE as Meta's LLaMA code writes it: each pair a complex number, multiplied by e^(i p θ)."""
+    Dh, L = x.size(-1), x.size(-2)
+    theta = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)
+    turns = torch.polar(torch.ones(L, Dh // 2, dtype=torch.float64), torch.outer(torch.arange(start, start + L).double(),
+                                                                                   theta))
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], Dh // 2, 2).contiguous())
+    return torch.view_as_real(pairs * turns).flatten(-2).to(x.dtype)
+
+
+def looped_alibi(n_heads: int, n_queries: int, n_keys: int, query_start: int) -> Tensor:
+    below = 2 ** int(math.log2(n_heads))
+    slopes = [2 ** (-8 * h / below) for h in range(1, below + 1)]
+    slopes += [2 ** (-8 * h / (2 * below)) for h in range(1, 2 * below + 1, 2)][: n_heads - below]
+    bias = np.zeros((1, n_heads, n_queries, n_keys))
+    for h in range(n_heads):
+        for i in range(n_queries):
+            bias[0, h, i] = [-slopes[h] * abs(query_start + i - j) for j in range(n_keys)]
+    return torch.from_numpy(bias).float()
+
+
+def banded_window(n_queries: int, n_keys: int, window: int) -> Tensor:
+    ones = torch.ones(n_keys, n_keys, dtype=torch.bool)
+    return (ones.tril() & ~ones.tril(-window))[n_keys - n_queries :]  # (T, L): the last rows
+
+
+class SquaresRMSNorm(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps, self.gain = eps, nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * (x.square().sum(-1, keepdim=True) / x.size(-1) + self.eps) ** -0.5 * self.gain
+
+
 # (grader, answer, ready-made): a ready-made answer is the library's own, graded with from_scratch=False
 RIGHT_ANSWERS: list[tuple[Callable[..., GradeReport], Any, bool]] = [
     (grade_attention, lambda q, k, v: scaled_dot_product_attention(q, k, v), True),
@@ -184,6 +224,14 @@ RIGHT_ANSWERS: list[tuple[Callable[..., GradeReport], Any, bool]] = [
     (grade_length_batches, batches_by_tokens, False),
     (grade_greedy_decode, library_greedy, True),
     (grade_greedy_decode, cached_greedy, False),
+    (grade_rotary, lambda x, start: RotaryEmbedding(x.size(-1), start + x.size(-2))(x, start), True),
+    (grade_rotary, complex_rotary, False),
+    (grade_alibi_bias, lambda H, T, L, start: ALiBiBias(H)(T, L, start), True),
+    (grade_alibi_bias, looped_alibi, False),
+    (grade_sliding_window_mask, lambda T, L, window: sliding_window_mask(T, L, window=window), True),
+    (grade_sliding_window_mask, banded_window, False),
+    (grade_rms_norm, RMSNorm, True),
+    (grade_rms_norm, SquaresRMSNorm, False),
 ]
 
 
@@ -210,7 +258,7 @@ READY_MADE = [(g, a) for g, a, ready_made in RIGHT_ANSWERS if ready_made] + [
         logits.flatten(0, 1), target.flatten(), label_smoothing=eps, ignore_index=pad)),
     (grade_label_smoothed_loss, lambda logits, target, eps, pad: nn.CrossEntropyLoss(
         ignore_index=pad, label_smoothing=eps)(logits.flatten(0, 1), target.flatten())),
-]
+] + ([(grade_rms_norm, lambda d_model, eps=1e-5: nn.RMSNorm(d_model, eps=eps))] if hasattr(nn, "RMSNorm") else [])
 
 
 class TorchLayer(nn.Module):
@@ -335,6 +383,71 @@ def greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_i
     return tokens[:, 1:]
 
 
+def rope(x: Tensor, start: int, *, sign: float = 1.0, shift: int = 0, exponent: float = 2.0,
+         dtype: torch.dtype | None = None, position_dtype: torch.dtype = torch.float64) -> Tensor:
+    """RoPE with a slip chosen by the arguments (``dtype``: the angles computed in that dtype;
+    ``position_dtype``: the positions counted in that dtype)."""
+    Dh, L = x.size(-1), x.size(-2)
+    kind = dtype or torch.float64
+    theta = 10000.0 ** (-exponent * torch.arange(Dh // 2, dtype=kind) / Dh)
+    position = torch.arange(start + shift, start + shift + L, dtype=position_dtype).to(kind)
+    angles = sign * position[:, None] * theta  # (L, Dh/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+def rope_from_zero(x: Tensor, start: int) -> Tensor:
+    return rope(x, 0)
+
+
+def slopes_of(n_heads: int) -> Tensor:
+    """ALiBi's slopes, as the paper's code computes them (a power of two, then every other of twice as many)."""
+    below = 2 ** int(math.log2(n_heads))
+    slopes = [2 ** (-8 * h / below) for h in range(1, below + 1)]
+    return torch.tensor(slopes + [2 ** (-8 * h / (2 * below)) for h in range(1, 2 * below + 1, 2)][: n_heads - below])
+
+
+def alibi(n_heads: int, n_queries: int, n_keys: int, query_start: int, *, sign: float = -1.0,
+          dtype: torch.dtype = torch.float32, reverse: bool = False, ignore_start: bool = False) -> Tensor:
+    slopes = slopes_of(n_heads).flip(0) if reverse else slopes_of(n_heads)
+    start = 0 if ignore_start else query_start
+    query = torch.arange(start, start + n_queries, dtype=dtype)[:, None]
+    distance = (query - torch.arange(n_keys, dtype=dtype)[None, :]).abs().float()  # counted in dtype
+    return (sign * slopes[:, None, None] * distance)[None]
+
+
+def window_mask(n_queries: int, n_keys: int, window: int, *, causal: bool = True, last: bool = True,
+                dtype: torch.dtype = torch.long) -> Tensor:
+    first = n_keys - n_queries if last else 0
+    distance = torch.arange(first, first + n_queries, dtype=dtype)[:, None] - torch.arange(n_keys, dtype=dtype)
+    return (distance >= 0 if causal else distance > -window) & (distance < window)
+
+
+class RMSNormSlip(SquaresRMSNorm):
+    def forward(self, x: Tensor) -> Tensor:
+        return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.gain  # eps outside the root
+
+
+class RMSNormWithoutRoot(SquaresRMSNorm):
+    def forward(self, x: Tensor) -> Tensor:
+        return x / (x.pow(2).mean(-1, keepdim=True) + self.eps) * self.gain
+
+
+class RMSNormOfLength(SquaresRMSNorm):
+    def forward(self, x: Tensor) -> Tensor:
+        return x / x.norm(dim=-1, keepdim=True) * math.sqrt(x.size(-1)) * self.gain  # 0 / 0 for a zero vector
+
+
+class RMSNormWithBias(SquaresRMSNorm):
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__(d_model, eps)
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x) + self.bias
+
+
 BUGS: list[tuple[Callable[[Any], GradeReport], Any, str]] = [
     # chapter 1
     (grade_attention, pitfalls.attention_without_scaling, "no_scaling"),
@@ -387,6 +500,28 @@ BUGS: list[tuple[Callable[[Any], GradeReport], Any, str]] = [
     (grade_greedy_decode, pitfalls.greedy_decode_recomputing_prefix, "cache_not_used"),
     (grade_greedy_decode, functools.partial(greedy, position_zero=True), "positions_restart_at_zero"),
     (grade_greedy_decode, functools.partial(greedy, keep_finished=False), "no_padding_after_eos"),
+    # chapter 7
+    (grade_rotary, pitfalls.rotary_in_halves, "pairs_as_halves"),
+    (grade_rotary, functools.partial(rope, sign=-1.0), "rotates_backwards"),
+    (grade_rotary, rope_from_zero, "start_ignored"),
+    (grade_rotary, functools.partial(rope, shift=1), "positions_start_at_one"),
+    (grade_rotary, functools.partial(rope, exponent=1.0), "frequency_exponent"),
+    (grade_alibi_bias, pitfalls.alibi_bias_with_formula_slopes, "slopes_not_power_of_two"),
+    (grade_alibi_bias, functools.partial(alibi, sign=1.0), "bias_sign"),
+    (grade_alibi_bias, functools.partial(alibi, reverse=True), "slopes_reversed"),
+    (grade_alibi_bias, functools.partial(alibi, ignore_start=True), "query_start_ignored"),
+    (grade_alibi_bias, lambda H, T, L, start: slopes_of(H)[:, None, None] * (
+        torch.arange(L)[None, :] - torch.arange(start, start + T)[:, None]), "signed_distance"),
+    (grade_sliding_window_mask, pitfalls.sliding_window_one_too_wide, "window_off_by_one"),
+    (grade_sliding_window_mask, lambda T, L, w: window_mask(T, L, w - 1), "window_short_by_one"),
+    (grade_sliding_window_mask, functools.partial(window_mask, causal=False), "not_causal"),
+    (grade_sliding_window_mask, functools.partial(window_mask, last=False), "queries_not_last"),
+    (grade_sliding_window_mask, lambda T, L, w: ~window_mask(T, L, w), "mask_polarity"),
+    (grade_sliding_window_mask, lambda T, L, w: window_mask(T, L, w).int(), "mask_dtype"),
+    (grade_rms_norm, pitfalls.RMSNormSubtractingMean, "mean_subtracted"),
+    (grade_rms_norm, RMSNormSlip, "eps_outside_root"),
+    (grade_rms_norm, RMSNormWithoutRoot, "no_root"),
+    (grade_rms_norm, RMSNormWithBias, "gain_shape"),
 ]
 
 
@@ -403,7 +538,8 @@ def test_each_bug_is_caught_and_named(grader: Callable[[Any], GradeReport], answ
 
 GRADERS = [grade_attention, grade_multi_head_attention, grade_padding_mask, grade_causal_mask, grade_target_mask,
            grade_masked_attention, grade_sinusoidal_table, grade_pre_ln_residual, grade_post_ln_residual,
-           grade_label_smoothed_loss, grade_target_shift, grade_length_batches, grade_greedy_decode]
+           grade_label_smoothed_loss, grade_target_shift, grade_length_batches, grade_greedy_decode, grade_rotary,
+           grade_alibi_bias, grade_sliding_window_mask, grade_rms_norm]
 
 
 def not_written(*args: Any, **kwargs: Any) -> Any:
@@ -565,6 +701,31 @@ def greedy_one_late(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: i
     return tokens[:, 1:]
 
 
+def rope_in_place(x: Tensor, start: int) -> Tensor:
+    turned = rope(x, start)
+    x.copy_(turned)  # the caller's queries, overwritten
+    return x
+
+
+def rope_detached(x: Tensor, start: int) -> Tensor:
+    return rope(x.detach(), start)
+
+
+class RMSNormScalingInPlace(SquaresRMSNorm):
+    def forward(self, x: Tensor) -> Tensor:
+        return x.mul_((x.square().mean(-1, keepdim=True) + self.eps).rsqrt()) * self.gain
+
+
+class RMSNormDetachedScale(SquaresRMSNorm):
+    def forward(self, x: Tensor) -> Tensor:
+        return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt().detach() * self.gain
+
+
+class RMSNormInFloat32(SquaresRMSNorm):
+    def forward(self, x: Tensor) -> Tensor:
+        return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt() * torch.ones(x.size(-1)) * self.gain
+
+
 CLASS_BUGS: list[tuple[Callable[..., GradeReport], Any, str]] = [
     # numerics: a softmax without the maximum subtracted
     (grade_attention, pitfalls.attention_unstable_softmax, "unstable_softmax"),
@@ -572,17 +733,28 @@ CLASS_BUGS: list[tuple[Callable[..., GradeReport], Any, str]] = [
     (grade_multi_head_attention, UnstableMHA, "large_scores"),
     (grade_multi_head_attention, UnstableMHA, "half_precision"),
     (grade_label_smoothed_loss, loss_by_exp, "half_precision"),
+    (grade_rotary, lambda x, start: rope(x, start, dtype=x.dtype), "half_precision"),  # angles in float16
+    (grade_rotary, functools.partial(rope, position_dtype=torch.float16), "large_positions"),
+    (grade_rotary, lambda x, start: rope(x, start).float(), "dtype"),  # float16 comes back as float32
+    (grade_alibi_bias, functools.partial(alibi, dtype=torch.float16), "large_positions"),
+    (grade_sliding_window_mask, functools.partial(window_mask, dtype=torch.float16), "large_positions"),
+    (grade_rms_norm, RMSNormOfLength, "zero_input"),
+    (grade_rms_norm, RMSNormInFloat32, "dtype"),
     # gradient flow
     (grade_attention, pitfalls.attention_detached_weights, "weights_detached"),
     (grade_masked_attention, pitfalls.attention_detached_weights, "weights_detached"),
     (grade_multi_head_attention, DetachedWeightsMHA, "weights_detached"),
     (grade_pre_ln_residual, DetachedSublayer, "gradient"),
+    (grade_rotary, rope_detached, "not_differentiable"),
+    (grade_rms_norm, RMSNormDetachedScale, "gradient"),
     # side effects on the caller's arguments
     (grade_attention, pitfalls.attention_dividing_query_in_place, "modifies_input"),
     (grade_masked_attention, pitfalls.attention_dividing_query_in_place, "modifies_input"),
     (grade_label_smoothed_loss, pitfalls.loss_overwriting_targets, "modifies_input"),
     (grade_pre_ln_residual, AddsInPlace, "modifies_input"),
     (grade_length_batches, sorts_in_place, "modifies_input"),
+    (grade_rotary, rope_in_place, "modifies_input"),
+    (grade_rms_norm, RMSNormScalingInPlace, "modifies_input"),
     # special ids anywhere in the vocabulary
     (grade_padding_mask, pitfalls.padding_mask_by_order, "pad_compared_by_order"),
     (grade_target_mask, lambda tgt, pad: pitfalls.padding_mask_by_order(tgt, pad) & causal_mask(tgt.size(1)),
@@ -730,3 +902,23 @@ def greedy_cache_not_passed(model: Any, src: Tensor, src_mask: Tensor, max_new_t
 def test_the_position_zero_advice_fits_an_answer_that_forgets_to_pass_the_cache() -> None:
     failure = grade_greedy_decode(greedy_cache_not_passed).failures[0]
     assert failure.check == "positions_restart_at_zero" and "cache as its last argument" in failure.hint
+
+
+CHAPTER_7_PITFALLS = [
+    (grade_rotary, pitfalls.rotary_in_halves, "pairs_as_halves", "x (3, 4):"),  # Dh = 2: halves are neighbours
+    (grade_alibi_bias, pitfalls.alibi_bias_with_formula_slopes, "slopes_not_power_of_two", "n_heads = 6"),
+    (grade_sliding_window_mask, pitfalls.sliding_window_one_too_wide, "window_off_by_one", "n_queries = 2"),
+    (grade_rms_norm, pitfalls.RMSNormSubtractingMean, "mean_subtracted", "x (1, 8):"),
+]
+
+
+@pytest.mark.parametrize(("grader", "answer", "check", "smallest"), CHAPTER_7_PITFALLS,
+                         ids=[c for _, _, c, _ in CHAPTER_7_PITFALLS])
+def test_chapter_7_pitfalls_fail_one_check_on_the_smallest_input_that_shows_it(
+        grader: Callable[..., GradeReport], answer: Any, check: str, smallest: str) -> None:
+    """The report each chapter-7 page shows: one failed check, on the first case where the bug differs from the
+    right answer, printed at a phone's width."""
+    report = grader(answer)
+    assert report.failed_checks == [check], str(report)
+    assert report.failures[0].example.startswith(smallest) and report.failures[0].expected != report.failures[0].got
+    assert max(len(line) for line in str(report).splitlines()) <= 80

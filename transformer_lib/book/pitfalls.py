@@ -21,6 +21,8 @@ implementations, a blog walk-through); the docstrings say which bug was seen whe
     chapter 5   loss_overwriting_targets, targets_without_shift (copy_accuracy),
                 batches_sorted_by_characters (padding_waste_by_sort_key)
     chapter 6   greedy_decode_recomputing_prefix
+    chapter 7   rotary_in_halves, alibi_bias_with_formula_slopes (power_of_two_alibi_slopes),
+                sliding_window_one_too_wide, RMSNormSubtractingMean
 
 The attention functions take ``query (..., T, Dk)``, ``key (..., L, Dk)``, ``value (..., L, Dv)``
 and a boolean ``mask`` (``True`` = may attend) broadcastable to ``(..., T, L)``, and return
@@ -71,6 +73,11 @@ __all__ = [
     "batches_sorted_by_characters",
     "padding_waste_by_sort_key",
     "greedy_decode_recomputing_prefix",
+    "rotary_in_halves",
+    "power_of_two_alibi_slopes",
+    "alibi_bias_with_formula_slopes",
+    "sliding_window_one_too_wide",
+    "RMSNormSubtractingMean",
 ]
 
 
@@ -509,3 +516,68 @@ def greedy_decode_recomputing_prefix(model: nn.Module, src: Tensor, src_mask: Te
             if bool(finished.all()):
                 break
     return tokens[:, 1:]
+
+
+# --- Chapter 7: beyond ----------------------------------------------------------------------------
+
+
+def rotary_in_halves(x: Tensor, start: int = 0) -> Tensor:
+    """RoPE with coordinate ``i`` paired with ``i + Dh/2`` ("rotate half"), not with its neighbour.
+
+    GPT-NeoX and Hugging Face's LLaMA code rotate this way; the paper and Meta's LLaMA code pair
+    neighbours ``(2i, 2i+1)``. Both are RoPE, up to a fixed permutation of each head's coordinates,
+    but weights trained under one layout give wrong scores under the other (section 7.1's pitfall),
+    and a rotation written in one is not the other's. ``x (..., L, Dh)`` at positions ``start ..``.
+    """
+    Dh = x.size(-1)
+    inverse_frequency = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)  # (Dh/2,)
+    position = torch.arange(start, start + x.size(-2), dtype=torch.float64)[:, None]  # (L, 1)
+    angles = position * inverse_frequency  # (L, Dh/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    first, second = x[..., : Dh // 2], x[..., Dh // 2 :]  # BUG: pairs (i, i + Dh/2)
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)  # (..., L, Dh)
+
+
+def power_of_two_alibi_slopes(n_heads: int) -> Tensor:
+    """ALiBi's slopes as ``2^(-8h/H)`` for every ``H``: the paper's formula, which it states for ``H`` a
+    power of two. For other ``H`` the paper's code takes the slopes of the power of two below ``H`` and
+    fills in from twice as many heads (:func:`transformer_lib.embeddings.alibi_slopes`); this gives
+    other slopes (6 heads: 2^(-4/3) ... instead of 1/2, 1/8, ...)."""
+    return torch.tensor([2.0 ** (-8.0 * h / n_heads) for h in range(1, n_heads + 1)])  # (H,)
+
+
+def alibi_bias_with_formula_slopes(n_heads: int, n_queries: int, n_keys: int, query_start: int = 0) -> Tensor:
+    """ALiBi's bias ``-m_h |i - j|`` ``(1, H, T, L)``, right but for the slopes of
+    :func:`power_of_two_alibi_slopes`: wrong whenever ``n_heads`` is not a power of two."""
+    slopes = power_of_two_alibi_slopes(n_heads)  # BUG: the formula for a power of two, for any H
+    query = torch.arange(query_start, query_start + n_queries)[:, None]  # (T, 1)
+    key = torch.arange(n_keys)[None, :]  # (1, L)
+    return (-slopes[:, None, None] * (query - key).abs())[None]  # (1, H, T, L)
+
+
+def sliding_window_one_too_wide(n_queries: int, n_keys: int, window: int) -> Tensor:
+    """A causal sliding-window mask ``(1, 1, T, L)`` that lets each query see ``window + 1`` keys.
+
+    ``window`` counts the query itself (Mistral: query ``i`` sees ``i - window + 1 .. i``); keeping
+    the distances ``0 .. window`` instead is the usual off-by-one.
+    """
+    query = torch.arange(n_keys - n_queries, n_keys)[:, None]  # (T, 1): the last positions
+    distance = query - torch.arange(n_keys)[None, :]  # (T, L)
+    return ((distance >= 0) & (distance <= window))[None, None]  # BUG: <= window, not < window
+
+
+class RMSNormSubtractingMean(nn.Module):
+    """"RMSNorm" written from LayerNorm by deleting the bias only: ``(x - mean) / sqrt(var + eps) · g``.
+
+    RMSNorm (Zhang and Sennrich 2019) drops the mean as well: ``x / sqrt(mean(x²) + eps) · g``. The
+    two agree only for inputs of mean zero, so checks on centred random inputs miss it.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        centred = x - x.mean(dim=-1, keepdim=True)  # BUG: RMSNorm does not centre
+        return centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
