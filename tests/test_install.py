@@ -11,6 +11,7 @@ it is told and nowhere else.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -106,3 +107,78 @@ def test_the_console_scripts_run_and_say_their_version(installed: Path, tmp_path
                            cwd=tmp_path, capture_output=True, text=True, timeout=600,
                            env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "OMP_NUM_THREADS": "1"})
     assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 1, piped.stderr[-3000:]
+
+
+def _git(*args: str, cwd: Path) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a user", "GIT_AUTHOR_EMAIL": "user@example.org",
+           "GIT_COMMITTER_NAME": "a user", "GIT_COMMITTER_EMAIL": "user@example.org"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _foreign_repository(folder: Path) -> str:
+    """``folder`` made a git repository of someone else's project, with one commit; returns the commit."""
+    _git("init", "-q", cwd=folder)
+    (folder / "pyproject.toml").write_text('[project]\nname = "someone-elses-project"\n')
+    _git("add", "pyproject.toml", cwd=folder)
+    _git("commit", "-q", "-m", "their project", cwd=folder)
+    return _git("rev-parse", "HEAD", cwd=folder)
+
+
+def test_provenance_does_not_take_the_commit_of_a_repository_around_the_package(tmp_path: Path) -> None:
+    """A package whose folder sits inside another project's git repository (a virtual environment in the
+    user's project) records no commit of that repository; this checkout's own commit is recorded."""
+    from transformer_lib.cli import provenance
+
+    foreign = _foreign_repository(tmp_path)
+    package = tmp_path / ".venv" / "lib" / "site-packages" / "transformer_lib"
+    package.mkdir(parents=True)
+    (tmp_path / "transformer_lib").mkdir()  # and the repository's top holds a folder of the package's name
+    for where in (package, tmp_path / "transformer_lib"):
+        source = provenance.code_source(where)
+        assert source["commit"] != foreign and source["checkout"] is None, source
+    own = provenance.code_source()
+    assert own["checkout"] == str(ROOT) and own["commit"] == _git("rev-parse", "HEAD", cwd=ROOT)
+    recorded = provenance.software()
+    assert {"tokenizers", "safetensors", "sacrebleu", "jiwer", "torch", "numpy"} <= set(recorded)
+    assert recorded["tokenizers"] == importlib.metadata.version("tokenizers")
+
+
+def test_a_run_trained_and_exported_from_the_wheel_loads_anywhere(installed: Path, tmp_path: Path) -> None:
+    """Issue 46: train -> ``python -m transformer_lib.cli.export RUN --out FILE`` from an installed wheel,
+    with no tuning report (benchmarks/ is not in the wheel), inside a user's own git repository; the file,
+    copied elsewhere without its SHA256SUMS, loads with ``pretrained.load(path)`` alone; the run records
+    where the code came from (the git+file install's commit), not the user's repository's commit."""
+    home = installed.parents[2]
+    foreign = _foreign_repository(home) if not (home / ".git").exists() else _git("rev-parse", "HEAD", cwd=home)
+    work, run_dir = home / "project", home / "project" / "run"
+    work.mkdir(exist_ok=True)
+    train = _run(installed, "-m", "transformer_lib.cli.train", "--task", "reverse", "--n-train", "200", "--n-heldout", "20",
+                 "--longest", "4", "--max-steps", "3", "--eval-every", "3", "--no-progress", "--out", str(run_dir), cwd=work)
+    assert train.returncode == 0, train.stderr[-3000:]
+    software = json.loads((run_dir / "metrics.json").read_text())["software"]
+    head = _git("rev-parse", "HEAD", cwd=ROOT)
+    assert software["git_commit"] == head != foreign, software  # what `pip install git+file://` installed
+    assert software["source"]["installed_from"] == f"file://{ROOT}" and software["source"]["checkout"] is None
+    assert software["tokenizers"] and software["safetensors"] and software["jiwer"], software
+
+    default = _run(installed, "-m", "transformer_lib.cli.export", str(run_dir), cwd=work)
+    assert default.returncode == 2 and "--out" in default.stderr  # no default target, the package's file least of all
+    out = work / "shared" / "reverse.safetensors"
+    export = _run(installed, "-m", "transformer_lib.cli.export", str(run_dir), "--out", str(out), cwd=work)
+    assert export.returncode == 0, export.stderr[-3000:]
+    given = tmp_path / "given.safetensors"
+    shutil.copy(out, given)
+    probe = _run(installed, "-c", "import json, sys; from transformer_lib import pretrained; "
+                 "r = pretrained.info(sys.argv[1]); t = pretrained.load(sys.argv[1]); "
+                 "print(json.dumps({'card': r.card, 'decoding': r.decoding, 'out': t.translate(['1 2 3'])}))",
+                 str(given), cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert found["decoding"]["beam_size"] == 1 and found["card"]["task"] == "reverse" and found["out"], found
+    assert found["card"]["code_license"] == "MIT" and "default" in found["card"]["decoding"]["chosen_by"]
+    data = bytearray(given.read_bytes())
+    data[-1] ^= 0xFF
+    given.write_bytes(bytes(data))
+    tampered = _run(installed, "-c", "import sys; from transformer_lib import pretrained; pretrained.load(sys.argv[1])",
+                    str(given), cwd=tmp_path)
+    assert tampered.returncode != 0 and "PretrainedError" in tampered.stderr and "SHA-256" in tampered.stderr
