@@ -25,6 +25,11 @@ Sphinx bug, see ``_drop_repeated_inline_scripts``):
    font) and the search scripts with the search index (only ``search.html`` uses them here). Each
    page loads 1.7 MB less; in the browser test the page loads took about a tenth less CPU (111
    against 124.5 CPU-s over 61 pages, 2026-11-27).
+8. The page that translates (issue 49): the ``translate-widget`` directive puts the widget
+   (``web/widget.js``) on a page, with the shipped model's example sentences; the build writes the
+   widget's files into ``_static/widget`` (``tools/site_widget.py``: ONNX Runtime Web from the npm
+   registry at the lock's version and checksum, the model exported as ONNX), and a page with the
+   widget loads only ``widget.js`` and ``widget.css`` until the reader first asks for a translation.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util.docutils import SphinxDirective
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -143,6 +149,7 @@ def _on_builder_inited(app: Sphinx) -> None:
     folder = Path(app.outdir).parent / ".site_assets"
     write_vega_bundle(folder)
     write_fonts(folder)
+    _site_widget().write_widget(folder / WIDGET_FOLDER)
     app.config.html_static_path.append(str(folder))
 
 
@@ -175,6 +182,49 @@ def _on_html_page_context(app: Sphinx, pagename: str, templatename: str, context
     if has_chart:
         # Deferred: runs after parsing, before DOMContentLoaded, which is when the charts draw.
         app.add_js_file(BUNDLE_NAME, loading_method="defer")
+    if any(WIDGET_MARKER in node.astext() for node in doctree.findall(nodes.raw)):
+        # The widget's own two files; it fetches the runtime and the model on first use.
+        app.add_js_file(f"{WIDGET_FOLDER}/widget.js", loading_method="defer")
+        app.add_css_file(f"{WIDGET_FOLDER}/widget.css")
+
+
+# --- the page that translates (issue 49) ----------------------------------------------------------------
+
+WIDGET_FOLDER = "widget"  # in _static
+WIDGET_MARKER = "data-tt-translate"
+SITE_WIDGET = Path(__file__).resolve().parent.parent / "tools" / "site_widget.py"
+
+
+def _site_widget() -> Any:
+    """``tools/site_widget.py``, which writes the widget's files (a script, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("site_widget", SITE_WIDGET)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def widget_html(examples: list[str]) -> str:
+    """The widget's placeholder: ``web/widget.js`` builds the widget in it; without JavaScript it says so."""
+    import html
+    import json
+
+    data = html.escape(json.dumps(examples, ensure_ascii=False), quote=True)
+    return (f'<div class="tt-translate-widget" {WIDGET_MARKER} data-examples="{data}">'
+            "<noscript><p>The translation widget needs JavaScript.</p></noscript></div>")
+
+
+class TranslateWidget(SphinxDirective):
+    """``{translate-widget}``: the widget, its examples the German sentences of the shipped model's record."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from transformer_lib import pretrained
+
+        examples = [example["source"] for example in pretrained.info().run["examples"]]
+        return [nodes.raw("", widget_html(examples), format="html")]
 
 
 def _setup_note() -> nodes.admonition:
@@ -456,6 +506,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("doctree-resolved", _on_doctree_resolved)
     app.connect("doctree-read", _number_captioned_figures)
     app.add_post_transform(LabelToggles)
+    app.add_directive("translate-widget", TranslateWidget)
     # A new env_version makes Sphinx rebuild every page: editing this file then shows on all of them.
     env_version = int(hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:8], 16)
     return {"version": "1.0", "env_version": env_version, "parallel_read_safe": True, "parallel_write_safe": True}
