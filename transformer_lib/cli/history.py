@@ -25,7 +25,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from .options import RunConfig, SessionOptions, flag, parse_args, resolve
+from .options import RunConfig, SessionOptions, flag, model_fields, parse_args, resolve
 
 __all__ = ["MODULE", "RENAMED_SETTINGS", "DATA_SETTINGS", "current_settings", "current_command", "differences", "train_arguments"]
 
@@ -49,7 +49,7 @@ def current_settings(settings: Mapping[str, Any], data: Mapping[str, Any] | None
     """
     today: dict[str, Any] = {}
     for name, value in settings.items():
-        if name == "norm":
+        if name == "norm" and "norm_first" not in settings:  # before --norm-first: --norm pre|post
             today["norm_first"] = _NORM_FIRST[value]
         else:
             today[RENAMED_SETTINGS.get(name, name)] = value
@@ -82,8 +82,8 @@ def _session_arguments(command: str) -> list[str]:
 def _option(name: str, value: Any, default: Any) -> list[str]:
     """The command-line words that set field ``name`` to ``value`` where the default is ``default``."""
     item = next(f for f in fields(RunConfig) if f.name == name)
-    if name == "norm_first" and value is not None:
-        return [flag(name) if value else "--no-norm-first"]
+    if item.metadata["model"] and isinstance(value, bool):  # --qk-norm / --no-qk-norm
+        return [flag(name) if value else "--no-" + flag(name)[2:]]
     if isinstance(value, bool) and value:
         return [flag(name)]
     if value is None and item.metadata["zero_is_off"]:
@@ -99,7 +99,7 @@ def current_command(record: Mapping[str, Any]) -> str:
     with this version of ``python -m transformer_lib.cli.train``: the recorded command itself where it
     still makes that run (:func:`differences` finds none), else one derived from the settings.
 
-    ``dropout`` and ``norm_first`` left to the preset (``None``) are written out where the recorded
+    Model fields left to the preset (``None``) are written out where the recorded
     ``model_config`` differs from what today's preset gives.
 
     Raises:
@@ -112,8 +112,8 @@ def current_command(record: Mapping[str, Any]) -> str:
     session = _session_arguments(record["command"])
     defaults = resolve({"task": task, "profile": profile, "out": Path("out")})[0]
     model = record.get("model_config") or {}
-    preset = _model(replace(defaults, **{k: v for k, v in settings.items() if k not in ("dropout", "norm_first")}), model)
-    for name in ("dropout", "norm_first"):
+    preset = _model(replace(defaults, **{k: v for k, v in settings.items() if k not in model_fields()}), model)
+    for name in model_fields():
         if settings.get(name) is None and name in model and model[name] != getattr(preset, name):
             settings[name] = model[name]  # the preset's then, not today's
     words = ["--task", task, "--profile", profile]

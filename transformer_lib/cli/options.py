@@ -22,8 +22,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..blocks import ACTIVATIONS, GATED_ACTIVATIONS
 from ..config import PRESETS, TransformerConfig
 from ..device import AMP_MODES
+from ..normalization import NORMS
+from ..positions import POSITIONAL
 from ..schedules import SCHEDULES
 from ..tokenizers import TOKENIZERS, learned_tokenizers
 from ..toy_tasks import TOY_TASKS
@@ -34,7 +37,7 @@ from .common import EXIT_EPILOG, MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineP
 from .console import LEVELS
 from .profiles import DEFAULTS, PROFILE_ENV, PROFILES, current_profile
 
-__all__ = ["TASKS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "flag", "parse_args", "read_config",
+__all__ = ["TASKS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "flag", "model_fields", "parse_args", "read_config",
            "resolve"]
 
 TASKS = (*TOY_TASKS, "multi30k")
@@ -46,18 +49,30 @@ MAX_BEAM = 100
 
 def _option(help: str, default: Any = None, *, choices: tuple[Any, ...] | None = None, task: str | None = None,
             resumable: bool = False, zero_is_off: bool = False, metavar: str | None = None, required: bool = False,
-            maximum: float | None = None) -> Any:
+            maximum: float | None = None, model: bool = False) -> Any:
     """A dataclass field that is also a command-line option.
 
     ``task``: ``"toy"`` or ``"multi30k"`` for options of one task family only; ``resumable``: may
     differ from the checkpoint when resuming; ``zero_is_off``: the option's value 0 means ``None``;
     ``required``: the command line needs it; ``maximum``: the largest value accepted (checked with
     the rest before anything starts: a typo such as ``--n-symbols 100000000`` is an error, not hours
-    of allocation).
+    of allocation); ``model``: a field of :class:`TransformerConfig` (``None``: the preset's).
+    ``choices`` may be a table (or a function that gives the names), read when the parser is made, so an
+    entry added to the table is an option value at once.
     """
     meta = dict(help=help, choices=choices, task=task, resumable=resumable, zero_is_off=zero_is_off, metavar=metavar,
-                required=required, maximum=maximum)
+                required=required, maximum=maximum, model=model)
     return field(default=default, metadata=meta)
+
+
+def _model_option(help: str, *, choices: Any = None, maximum: float | None = None) -> Any:
+    """An option that changes one :class:`TransformerConfig` field of the preset (``None``: the preset's)."""
+    return _option(help, choices=choices, maximum=maximum, model=True)
+
+
+def activations() -> tuple[str, ...]:
+    """The feed-forward activations, plain and gated."""
+    return (*ACTIVATIONS, *GATED_ACTIVATIONS)
 
 
 def flag(name: str) -> str:
@@ -70,7 +85,7 @@ class RunConfig:
     """Every setting of a training run, one field per option of the same name.
 
     Fields left ``None`` mean "not used by this task" (the toy tasks' options in a Multi30k run and
-    the other way round) or "the preset's" (``dropout``, ``norm_first``) or "off" (``clip_norm``,
+    the other way round) or "the preset's" (the model's fields) or "off" (``clip_norm``, ``max_tokens``,
     ``target_exact_match``, ``bleu_threshold``, ``max_steps``/``epochs``: by the other one).
     """
 
@@ -84,14 +99,15 @@ class RunConfig:
     epochs: int | None = _option("passes over the training data", resumable=True, maximum=10**6)
     max_steps: int | None = _option("stop after this many updates", resumable=True, maximum=10**9)
     batch_size: int = _option("sentences per batch (the global batch under torchrun)", maximum=10**6)
+    max_tokens: int | None = _option("train on batches of this many padded tokens (the longer side) instead of "
+                                     "--batch-size sentences (0: off)", zero_is_off=True, maximum=10**8)
+    batches_per_update: int = _option("gradient accumulation: batches per optimizer update", 1, maximum=10**4)
     schedule: str = _option("learning-rate schedule", choices=SCHEDULES)
     lr: float | None = _option("peak learning rate", maximum=10.0)
     warmup_steps: int = _option("warm-up updates (the rate peaks here)", maximum=10**9)
     label_smoothing: float = _option("label smoothing of the training loss")
     clip_norm: float | None = _option("clip the gradients' norm to this (0: off)", zero_is_off=True, maximum=10.0**6)
     weight_decay: float = _option("AdamW weight decay of matrices", 0.0, maximum=10.0)
-    dropout: float | None = _option("dropout (default: the preset's)")
-    norm_first: bool | None = _option("Pre-LN (--norm-first) or the paper's Post-LN (--no-norm-first); default: the preset's")
     eval_every: int | None = _option("validate every N updates (default: after each epoch)", maximum=10**9)
     checkpoint_every: int | None = _option("also checkpoint every N updates", resumable=True, maximum=10**9)
     target_exact_match: float | None = _option("stop at this validation exact match (0: never)", resumable=True,
@@ -99,6 +115,28 @@ class RunConfig:
     log_every: int = _option("record the training loss every N updates", maximum=10**9)
     keep_weights: int = _option("keep the last N checkpoints' weights and try their average at the end (0: off)", 0,
                                 metavar="N", maximum=1000)
+    # the model: the preset's sizes and choices, each field of TransformerConfig changed by the option of its name
+    # (the vocabulary sizes and the padding id come from the data)
+    d_model: int | None = _model_option("model width D; a multiple of --n-heads", maximum=16_384)
+    n_heads: int | None = _model_option("attention heads", maximum=1_024)
+    n_kv_heads: int | None = _model_option("key/value heads (fewer: grouped-query attention); divides --n-heads",
+                                           maximum=1_024)
+    n_encoder_layers: int | None = _model_option("encoder layers", maximum=128)
+    n_decoder_layers: int | None = _model_option("decoder layers", maximum=128)
+    d_ff: int | None = _model_option("feed-forward hidden width", maximum=65_536)
+    dropout: float | None = _model_option("dropout of embeddings, sublayer outputs and the feed-forward")
+    attn_dropout: float | None = _model_option("dropout of the attention weights")
+    activation: str | None = _model_option("feed-forward activation (swiglu: a gated feed-forward)", choices=activations)
+    norm: str | None = _model_option("normalisation of every sublayer", choices=NORMS)
+    norm_first: bool | None = _model_option("Pre-LN (--norm-first) or the paper's Post-LN (--no-norm-first)")
+    qk_norm: bool | None = _model_option("normalise each head's queries and keys (QK-norm)")
+    layer_norm_eps: float | None = _model_option("the norms' epsilon")
+    positional: str | None = _model_option("where positions come from", choices=POSITIONAL)
+    max_len: int | None = _model_option("longest sequence the positions cover", maximum=65_536)
+    relative_max_distance: int | None = _model_option("with --positional relative: the distance beyond which one "
+                                                      "bias is shared", maximum=65_536)
+    share_embeddings: bool | None = _model_option("one embedding matrix for source and target (a joint vocabulary)")
+    tie_output: bool | None = _model_option("the output layer reuses the target embedding matrix")
     # the toy tasks (copy, reverse)
     n_train: int | None = _option("training sequences", task="toy", maximum=10**7)
     n_heldout: int | None = _option("held-out sequences, never seen in training", task="toy", maximum=10**6)
@@ -124,18 +162,20 @@ class RunConfig:
         check_choice(flag("preset"), self.preset, PRESETS)
         check_choice(flag("schedule"), self.schedule, SCHEDULES)
         check_choice(flag("amp"), self.amp, AMP_MODES)
-        for name in ("batch_size", "warmup_steps", "log_every", "beam_size"):
+        for name in ("batch_size", "warmup_steps", "log_every", "beam_size", "batches_per_update"):
             check_int(flag(name), getattr(self, name))
         for name in self._family_fields("toy"):  # integers, set for a toy task (None otherwise)
             check_int(flag(name), getattr(self, name), optional=self.family != "toy")
-        for name in ("epochs", "max_steps", "eval_every", "checkpoint_every", "train_size", "vocab_size", "min_freq"):
+        for name in ("epochs", "max_steps", "eval_every", "checkpoint_every", "train_size", "vocab_size", "min_freq",
+                     "max_tokens"):
             check_int(flag(name), getattr(self, name), optional=True)
         check_int(flag("keep_weights"), self.keep_weights, minimum=0)
         check_int(flag("seed"), self.seed, minimum=0)
-        _check_flags(self, ("compile", "lowercase", "norm_first"))
+        _check_flags(self, ("compile", "lowercase"))
         self._check_numbers()
         _check_maxima(self)
         self._check_family()
+        self.model_config(1000, 1000, 0)  # the model's fields, checked by TransformerConfig (sizes from the data later)
 
     @property
     def family(self) -> str:
@@ -149,7 +189,6 @@ class RunConfig:
     def _check_numbers(self) -> None:
         check_number(flag("lr"), self.lr, 0, low_open=True, optional=True)
         check_number(flag("label_smoothing"), self.label_smoothing, 0, 1)
-        check_number(flag("dropout"), self.dropout, 0, 1, optional=True)
         check_number(flag("clip_norm"), self.clip_norm, 0, low_open=True, optional=True)
         check_number(flag("weight_decay"), self.weight_decay, 0)
         check_number(flag("target_exact_match"), self.target_exact_match, 0, 1, low_open=True, high_open=False, optional=True)
@@ -160,7 +199,7 @@ class RunConfig:
     def _check_family(self) -> None:
         if self.family == "toy":
             check_int(flag("longest"), self.longest, minimum=self.shortest)  # type: ignore[arg-type]
-            max_len = PRESETS[self.preset].get("max_len", TransformerConfig.max_len)  # a sequence and its <eos> fit
+            max_len = self.max_len or PRESETS[self.preset].get("max_len", TransformerConfig.max_len)  # with its <eos>
             if self.longest >= max_len:  # type: ignore[operator]
                 raise ValueError(f"{flag('longest')} {self.longest}: the {self.preset!r} preset's max_len={max_len} allows "
                                  f"sequences of at most {max_len - 1} symbols; give {flag('longest')} {max_len - 1} or "
@@ -191,15 +230,12 @@ class RunConfig:
         return TrainConfig(**{**shared, "pad_id": pad_id, "progress": progress})
 
     def model_config(self, src_vocab_size: int, tgt_vocab_size: int, pad_id: int) -> TransformerConfig:
-        """The preset with what the options change: dropout, Pre-/Post-LN, and one shared matrix for a
-        joint (BPE) vocabulary (source, target and output layer: three uses, one matrix)."""
+        """The preset with every model field the options set, and one shared matrix for a joint (BPE)
+        vocabulary unless the options say otherwise (source, target and output layer: three uses, one matrix)."""
         overrides: dict[str, Any] = {}
-        if self.dropout is not None:
-            overrides["dropout"] = self.dropout
-        if self.norm_first is not None:
-            overrides["norm_first"] = self.norm_first
         if self.tokenizer is not None and TOKENIZERS[self.tokenizer].joint:
             overrides.update(share_embeddings=True, tie_output=True)
+        overrides.update({name: getattr(self, name) for name in model_fields() if getattr(self, name) is not None})
         return TransformerConfig.from_preset(self.preset, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
                                              pad_id=pad_id, **overrides)
 
@@ -243,10 +279,10 @@ class SessionOptions:
 
 
 def _check_flags(options: Any, names: tuple[str, ...]) -> None:
-    """Yes/no fields are booleans (``norm_first`` may be ``None``: the preset's); ``"no"`` is not ``False``."""
+    """Yes/no fields are booleans; ``"no"`` is not ``False`` (the model's are checked by TransformerConfig)."""
     for name in names:
         value = getattr(options, name)
-        if not isinstance(value, bool) and not (value is None and name == "norm_first"):
+        if not isinstance(value, bool):
             raise ValueError(f"{flag(name)} must be true or false, got {value!r}")
 
 
@@ -292,7 +328,7 @@ def _add_field(parser: Any, item: dataclasses.Field, hint: Any) -> None:
     options: dict[str, Any] = dict(dest=item.name, help=meta["help"] + _defaults_text(item), default=argparse.SUPPRESS)
     if meta["required"]:
         options["required"] = True
-    if item.name == "norm_first":
+    if kind is bool and meta["model"]:  # --qk-norm / --no-qk-norm; left out: the preset's
         parser.add_argument(name, action=argparse.BooleanOptionalAction, **options)
     elif kind is bool:
         parser.add_argument(name, action="store_true", **options)
@@ -315,11 +351,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help="read the settings from FILE, as --print-config writes them "
                         "(JSON); the options given on the command line override them")
     groups = {None: parser, "toy": parser.add_argument_group("toy tasks (copy, reverse)"),
-              "multi30k": parser.add_argument_group("multi30k")}
+              "multi30k": parser.add_argument_group("multi30k"),
+              "model": parser.add_argument_group("the model (default: the --preset's)")}
     for cls in (RunConfig, SessionOptions):
         hints = typing.get_type_hints(cls)
         for item in fields(cls):
-            _add_field(groups[item.metadata["task"]], item, hints[item.name])
+            _add_field(groups["model" if item.metadata["model"] else item.metadata["task"]], item, hints[item.name])
     return parser
 
 
@@ -407,6 +444,11 @@ def resolve(given: dict[str, Any]) -> tuple[RunConfig, SessionOptions]:
     profile = settings.get("profile") or ("full" if session.prepare_only else current_profile())
     family = "toy" if given["task"] in TOY_TASKS else "multi30k"
     return RunConfig.from_dict({**DEFAULTS[family][profile], **settings, "profile": profile}), session
+
+
+def model_fields() -> tuple[str, ...]:
+    """The settings that change the preset's model, each a :class:`TransformerConfig` field of the same name."""
+    return tuple(f.name for f in fields(RunConfig) if f.metadata["model"])
 
 
 def resumable_fields() -> tuple[str, ...]:

@@ -472,7 +472,9 @@ def _make_trainer(run: _Run, model: Transformer, data: _Data) -> Trainer:
     metadata = checkpoint_metadata(model.config, data.src_tokenizer, data.tgt_tokenizer, config.task, data.description,
                                    run=config.to_dict())
     trainer = Trainer(
-        model, _loader(run, data, "train", batch_size=config.batch_size, seed=config.seed, pin_memory=pin),
+        model, _loader(run, data, "train", seed=config.seed, pin_memory=pin,
+                       **({"batch_size": None, "max_tokens": config.max_tokens} if config.max_tokens else
+                          {"batch_size": config.batch_size})),
         config.train_config(data.tgt_tokenizer.vocab.pad_id, progress=run.bar),
         val_loader=_loader(run, data, "val", shuffle=False, pin_memory=pin), device=run.device,
         checkpoint_path=run.checkpoint_path, metadata=metadata, on_eval=functools.partial(_report_validation, run),
