@@ -134,15 +134,50 @@ def test_one_version_everywhere_and_a_name_of_our_own() -> None:
     assert pyproject["project"]["name"] == transformer_lib.__project__ == "tested-transformer"
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     released = [v for v in re.findall(r"^## \[(.+?)\]", changelog, re.M) if v != "Unreleased"]  # Keep a Changelog
-    assert released[0] == transformer_lib.__version__, "the newest released entry"
+    # Version X.Y.Z is the newest release in the changelog; between releases the package is a development
+    # release of a newer one (X.Y.Z.devN, PEP 440) and the changelog has an [Unreleased] section.
+    version = transformer_lib.__version__
+    development = re.fullmatch(r"(\d+\.\d+\.\d+)\.dev\d+", version)
+    if development:
+        assert "## [Unreleased]" in changelog
+        assert _version_tuple(development.group(1)) > _version_tuple(released[0]), (version, released[0])
+    else:
+        assert released[0] == version, "the newest released entry"
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
-    assert str(citation["version"]) == transformer_lib.__version__
+    assert str(citation["version"]) == released[0], "the citation names the newest release"
     scripts = pyproject["project"]["scripts"]
     for target in scripts.values():
         module, function = target.split(":")
         assert callable(getattr(importlib.import_module(module), function)), target
     assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["transformer_lib"]
     assert (ROOT / "transformer_lib" / "py.typed").is_file()
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def test_the_distribution_has_classifiers_and_the_sdist_its_changelog_and_citation(tmp_path) -> None:
+    """Issue 46, item 12: PyPI's classifiers (the licence as an SPDX expression, not a classifier), and
+    the source distribution built from the committed tree holds CHANGELOG.md and CITATION.cff."""
+    import tarfile
+
+    project = read_pyproject()["project"]
+    classifiers = project["classifiers"]
+    assert "Typing :: Typed" in classifiers and "Programming Language :: Python :: 3.10" in classifiers
+    assert not any(c.startswith("License ::") for c in classifiers) and project["license"] == "MIT"
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    built = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                            "print(b.build_sdist(sys.argv[1]))", str(tmp_path / "dist")],
+                           cwd=tree, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    with tarfile.open(tmp_path / "dist" / built.stdout.strip().splitlines()[-1]) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    assert {"CHANGELOG.md", "CITATION.cff", "LICENSE", "README.md", "pyproject.toml",
+            "transformer_lib/weights/multi30k-de-en.safetensors", "transformer_lib/py.typed"} <= names
 
 
 def test_make_lowest_pins_every_floor_that_pyproject_declares() -> None:

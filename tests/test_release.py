@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -45,7 +47,8 @@ def test_a_release_sets_the_version_the_cells_and_the_tag(clone: Path) -> None:
     url, branch = repository(clone)
     assert install_ref(clone) == branch, "before its first release tag, the cells install the default branch"
     old = version(clone)
-    new = ".".join([*old.split(".")[:2], str(int(old.split(".")[2]) + 1)])
+    assert re.fullmatch(r"\d+\.\d+\.\d+\.dev\d+", old), f"between releases the branch carries X.Y.Z.devN, not {old}"
+    new = old.split(".dev")[0]  # the release the development version leads to
     changelog = clone / "CHANGELOG.md"
     refused = _release(clone, new)
     assert refused.returncode != 0 and "CHANGELOG.md" in refused.stderr, "a release says what it changes"
@@ -54,12 +57,18 @@ def test_a_release_sets_the_version_the_cells_and_the_tag(clone: Path) -> None:
 
     done = _release(clone, new)
     assert done.returncode == 0, done.stderr
-    assert version(clone) == new and install_ref(clone) == f"v{new}"
+    released = _git(clone, "show", f"v{new}:transformer_lib/__init__.py").stdout
+    assert f'__version__ = "{new}"' in released, "the tagged commit is version X.Y.Z"
+    citation = yaml.safe_load(_git(clone, "show", f"v{new}:CITATION.cff").stdout)
+    assert str(citation["version"]) == new and citation["date-released"]
+    major, minor, _ = map(int, new.split("."))
+    assert version(clone) == f"{major}.{minor + 1}.0.dev0", "then the branch moves on to the next development release"
+    assert install_ref(clone) == f"v{new}", "the cells install the newest release the branch holds"
     assert _cells(clone) == {setup_cell(url, f"v{new}")}, "every set-up cell installs the release's tag"
-    assert _git(clone, "status", "--porcelain").stdout == "", "the release is one commit"
-    assert _git(clone, "rev-parse", f"v{new}^{{commit}}").stdout == _git(clone, "rev-parse", "HEAD").stdout
+    assert _git(clone, "status", "--porcelain").stdout == "", "the release and the move on are commits"
+    assert _git(clone, "rev-parse", f"v{new}^{{commit}}").stdout == _git(clone, "rev-parse", "HEAD~1").stdout
     again = _release(clone, new)
-    assert again.returncode != 0 and "exists" in again.stderr
+    assert again.returncode != 0 and ("exists" in again.stderr or "newer" in again.stderr)
 
 
 @pytest.mark.parametrize("bad", ["1.2", "v1.0.0", "0.0.1"])

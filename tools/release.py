@@ -2,15 +2,20 @@
 
 What a release changes, in one commit, and the tag that names it:
 
-- ``transformer_lib.__version__`` becomes ``X.Y.Z`` (both command lines' ``--version`` print it);
+- ``transformer_lib.__version__`` becomes ``X.Y.Z`` (both command lines' ``--version`` print it), and so
+  does ``CITATION.cff``'s version, with the day as its ``date-released``;
 - every section's Colab set-up cell installs ``tested-transformer[book] @ git+<repository>@vX.Y.Z``,
   the repository being ``_config.yml``'s ``repository.url`` (the one place it is written; the site's
   Colab buttons take it from there too);
 - the annotated tag ``vX.Y.Z`` on that commit.
 
-Until a release tag exists on the branch, the set-up cells install the default branch
-(``repository.branch``), so that they never name a ref that does not exist. ``CHANGELOG.md`` must already
-have its ``## [X.Y.Z]`` section: a release says what it changed. ``tests/test_book.py`` checks every set-up
+A second commit then moves the branch on to the next minor version's development release,
+``X.(Y+1).0.dev0`` (PEP 440): between releases the version says it is not the release before it. The
+set-up cells keep installing the newest release tag the branch holds, and the default branch
+(``repository.branch``) before the first one, so that they never name a ref that does not exist.
+``CHANGELOG.md`` must already have its ``## [X.Y.Z]`` section: a release says what it changed. A release
+is newer than the last one, and may be the version a development release leads to (``0.3.0`` from
+``0.3.0.dev2``). ``tests/test_book.py`` checks every set-up
 cell against :func:`setup_cell` and that its ref resolves in the clone; ``tests/test_release.py`` runs
 this script in a scratch clone.
 
@@ -20,6 +25,7 @@ Push with ``git push origin main vX.Y.Z``: nothing here talks to the network.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import subprocess
@@ -30,6 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 INIT = Path("transformer_lib") / "__init__.py"
 VERSION_LINE = re.compile(r'^__version__ = "([^"]+)"$', re.M)
 SEMVER = re.compile(r"\d+\.\d+\.\d+")
+DEV = re.compile(r"(\d+\.\d+\.\d+)(?:\.dev(\d+))?")  # a release, or a development release of one
+CITATION = Path("CITATION.cff")
 
 
 def setup_cell(url: str, ref: str) -> str:
@@ -64,12 +72,31 @@ def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 
 
 def released_ref(root: Path = ROOT) -> str | None:
-    """The tag of this checkout's version, if it exists and HEAD descends from it; else None."""
-    tag = f"v{version(root)}"
-    if _git(root, "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}", check=False).returncode != 0:
-        return None
-    ancestor = _git(root, "merge-base", "--is-ancestor", tag, "HEAD", check=False)
-    return tag if ancestor.returncode == 0 else None
+    """The newest release tag (``vX.Y.Z``) HEAD descends from; None before the first release."""
+    found = _git(root, "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*.[0-9]*.[0-9]*", "HEAD", check=False)
+    tag = found.stdout.strip()
+    return tag if found.returncode == 0 and SEMVER.fullmatch(tag[1:]) else None
+
+
+def _release_key(text: str) -> tuple[int, int, int, int]:
+    """A version's order: X.Y.Z.devN comes before X.Y.Z (PEP 440)."""
+    match = DEV.fullmatch(text)
+    if match is None:
+        raise SystemExit(f"release: the current version {text!r} is not X.Y.Z or X.Y.Z.devN")
+    major, minor, patch = map(int, match.group(1).split("."))
+    return major, minor, patch, -1 if match.group(2) is None else int(match.group(2)) - 10**6
+
+
+def next_development(released: str) -> str:
+    """The version the branch carries after releasing ``released``: the next minor's ``.dev0``."""
+    major, minor, _ = map(int, released.split("."))
+    return f"{major}.{minor + 1}.0.dev0"
+
+
+def _set_version(root: Path, new: str) -> None:
+    init = root / INIT
+    init.write_text(VERSION_LINE.sub(f'__version__ = "{new}"', init.read_text(encoding="utf-8"), count=1),
+                    encoding="utf-8")
 
 
 def install_ref(root: Path = ROOT) -> str:
@@ -106,17 +133,23 @@ def release(new: str, root: Path = ROOT) -> str:
     if _git(root, "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}", check=False).returncode == 0:
         raise SystemExit(f"release: the tag {tag} exists already")
     old = version(root)
-    if tuple(map(int, new.split("."))) <= tuple(map(int, old.split("."))):
+    if _release_key(new) <= _release_key(old):
         raise SystemExit(f"release: {new} must be newer than the current version {old}")
     if not re.search(rf"^## \[{re.escape(new)}\]", (root / "CHANGELOG.md").read_text(encoding="utf-8"), re.M):
         raise SystemExit(f"release: CHANGELOG.md has no '## [{new}]' section saying what {tag} changes")
-    init = root / INIT
-    init.write_text(VERSION_LINE.sub(f'__version__ = "{new}"', init.read_text(encoding="utf-8"), count=1),
-                    encoding="utf-8")
+    _set_version(root, new)
+    citation = root / CITATION
+    text = re.sub(r"^version: .*$", f"version: {new}", citation.read_text(encoding="utf-8"), count=1, flags=re.M)
+    text = re.sub(r"^date-released: .*$", f'date-released: "{datetime.date.today().isoformat()}"', text, count=1, flags=re.M)
+    citation.write_text(text, encoding="utf-8")
     changed = write_setup_cells(root, tag)
-    _git(root, "add", str(INIT), *map(str, changed))
+    _git(root, "add", str(INIT), str(CITATION), *map(str, changed))
     _git(root, "commit", "--quiet", "-m", f"Release {tag}: version {new}, the Colab set-up cells install {tag}")
     _git(root, "tag", "-a", tag, "-m", f"The Tested Transformer {new}")
+    following = next_development(new)
+    _set_version(root, following)
+    _git(root, "add", str(INIT))
+    _git(root, "commit", "--quiet", "-m", f"Development of {following.split('.dev')[0]} begins: version {following}")
     return tag
 
 

@@ -70,8 +70,11 @@ from .model import DecoderOnlyTransformer, Transformer, count_parameters, init_p
 from .positions import POSITIONAL
 
 # The one place the version is written: pyproject.toml reads it (dynamic version), both command lines
-# print it (--version), CHANGELOG.md says what each version changed.
-__version__ = "0.2.0"
+# print it (--version), CHANGELOG.md says what each version changed. Between releases the main branch
+# carries the next version's development release, X.Y.Z.devN (PEP 440), so an install from it is never
+# taken for the release before it; `make release VERSION=X.Y.Z` (tools/release.py) sets X.Y.Z, tags it,
+# and moves on to the next .dev0.
+__version__ = "0.3.0.dev0"
 # The distribution this package comes from. Another PyPI project installs a package of the same import
 # name (`transformer-lib`); `transformer_lib.__project__ == "tested-transformer"` tells them apart.
 __project__ = "tested-transformer"
