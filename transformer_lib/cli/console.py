@@ -24,23 +24,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["LEVELS", "ROOT_LOGGER", "add_logging_options", "command_logging", "progress_line", "show_bar"]
+__all__ = ["LEVELS", "ROOT_LOGGER", "command_logging", "progress_line", "show_bar"]
 
 ROOT_LOGGER = "transformer_lib"
 LEVELS = ("debug", "info", "warning", "error")
 # A record with this attribute set is a training progress line: on the console only where no bar shows it.
 PROGRESS = "progress_line"
 _FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-def add_logging_options(parser: Any) -> None:
-    """``--quiet``, ``--log-file`` and ``--log-level`` (both command lines)."""
-    parser.add_argument("--quiet", action="store_true",
-                        help="only warnings and errors on the console: no information lines, no progress")
-    parser.add_argument("--log-file", metavar="FILE", default=None,
-                        help="also append every message (at --log-level or above, with its time) to FILE")
-    parser.add_argument("--log-level", choices=LEVELS, default="info", type=str.lower,
-                        help="the least important messages shown and logged (default: info)")
 
 
 def show_bar(quiet: bool, no_progress: bool = False, stream: IO[str] | None = None) -> bool:

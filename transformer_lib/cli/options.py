@@ -37,7 +37,7 @@ from .common import EXIT_EPILOG, MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineP
 from .console import LEVELS
 from .profiles import DEFAULTS, PROFILE_ENV, PROFILES, current_profile
 
-__all__ = ["TASKS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "flag", "model_fields", "parse_args", "read_config",
+__all__ = ["TASKS", "BLEU_MODES", "MAX_BEAM", "RunConfig", "SessionOptions", "add_options", "check_maxima", "flag", "model_fields", "option", "parse_args", "read_config",
            "resolve"]
 
 TASKS = (*TOY_TASKS, "multi30k")
@@ -47,27 +47,34 @@ BLEU_MODES = ("off", "final", "epoch")
 MAX_BEAM = 100
 
 
-def _option(help: str, default: Any = None, *, choices: tuple[Any, ...] | None = None, task: str | None = None,
-            resumable: bool = False, zero_is_off: bool = False, metavar: str | None = None, required: bool = False,
-            maximum: float | None = None, model: bool = False) -> Any:
-    """A dataclass field that is also a command-line option.
+def option(help: str, default: Any = None, *, choices: Any = None, task: str | None = None, resumable: bool = False,
+           zero_is_off: bool = False, metavar: str | None = None, required: bool = False, maximum: float | None = None,
+           model: bool = False, group: str | None = None, one_of: str | None = None, positional: bool = False,
+           convert: Any = None) -> Any:
+    """A dataclass field that is also a command-line option (both command lines' parsers are made from them).
 
     ``task``: ``"toy"`` or ``"multi30k"`` for options of one task family only; ``resumable``: may
     differ from the checkpoint when resuming; ``zero_is_off``: the option's value 0 means ``None``;
     ``required``: the command line needs it; ``maximum``: the largest value accepted (checked with
     the rest before anything starts: a typo such as ``--n-symbols 100000000`` is an error, not hours
-    of allocation); ``model``: a field of :class:`TransformerConfig` (``None``: the preset's).
+    of allocation); ``model``: a field of :class:`TransformerConfig` (``None``: the preset's);
+    ``group``: the help section it is listed in; ``one_of``: exactly one option of this name is given
+    (``--checkpoint`` or ``--pretrained``); ``positional``: the words that are no option (a list);
+    ``convert``: the argparse type, where not the field's own.
     ``choices`` may be a table (or a function that gives the names), read when the parser is made, so an
     entry added to the table is an option value at once.
     """
     meta = dict(help=help, choices=choices, task=task, resumable=resumable, zero_is_off=zero_is_off, metavar=metavar,
-                required=required, maximum=maximum, model=model)
+                required=required, maximum=maximum, model=model, group=group, one_of=one_of, positional=positional,
+                convert=convert)
+    if positional:
+        return field(default_factory=list, metadata=meta)
     return field(default=default, metadata=meta)
 
 
 def _model_option(help: str, *, choices: Any = None, maximum: float | None = None) -> Any:
     """An option that changes one :class:`TransformerConfig` field of the preset (``None``: the preset's)."""
-    return _option(help, choices=choices, maximum=maximum, model=True)
+    return option(help, choices=choices, maximum=maximum, model=True, group="the model (default: the --preset's)")
 
 
 def activations() -> tuple[str, ...]:
@@ -89,31 +96,31 @@ class RunConfig:
     ``target_exact_match``, ``bleu_threshold``, ``max_steps``/``epochs``: by the other one).
     """
 
-    task: str = _option("what to learn", choices=TASKS, required=True)
-    profile: str = _option(f"default sizes (default: ${PROFILE_ENV}, else full on GPU, fast on CPU)", choices=PROFILES)
-    preset: str = _option("model size", choices=tuple(sorted(PRESETS)))
-    seed: int = _option("random seed of the data order, the weights and dropout", 0, maximum=2**63 - 1)
-    amp: str = _option("mixed precision (auto: bf16 on GPUs with native bf16, fp16 with loss scaling on older GPUs, float32 on CPU)", "auto", choices=AMP_MODES)
-    compile: bool = _option("torch.compile the training forward pass (worth it on a GPU)", False, resumable=True)
+    task: str = option("what to learn", choices=TASKS, required=True)
+    profile: str = option(f"default sizes (default: ${PROFILE_ENV}, else full on GPU, fast on CPU)", choices=PROFILES)
+    preset: str = option("model size", choices=tuple(sorted(PRESETS)))
+    seed: int = option("random seed of the data order, the weights and dropout", 0, maximum=2**63 - 1)
+    amp: str = option("mixed precision (auto: bf16 on GPUs with native bf16, fp16 with loss scaling on older GPUs, float32 on CPU)", "auto", choices=AMP_MODES)
+    compile: bool = option("torch.compile the training forward pass (worth it on a GPU)", False, resumable=True)
     # training
-    epochs: int | None = _option("passes over the training data", resumable=True, maximum=10**6)
-    max_steps: int | None = _option("stop after this many updates", resumable=True, maximum=10**9)
-    batch_size: int = _option("sentences per batch (the global batch under torchrun)", maximum=10**6)
-    max_tokens: int | None = _option("train on batches of this many padded tokens (the longer side) instead of "
+    epochs: int | None = option("passes over the training data", resumable=True, maximum=10**6)
+    max_steps: int | None = option("stop after this many updates", resumable=True, maximum=10**9)
+    batch_size: int = option("sentences per batch (the global batch under torchrun)", maximum=10**6)
+    max_tokens: int | None = option("train on batches of this many padded tokens (the longer side) instead of "
                                      "--batch-size sentences (0: off)", zero_is_off=True, maximum=10**8)
-    batches_per_update: int = _option("gradient accumulation: batches per optimizer update", 1, maximum=10**4)
-    schedule: str = _option("learning-rate schedule", choices=SCHEDULES)
-    lr: float | None = _option("peak learning rate", maximum=10.0)
-    warmup_steps: int = _option("warm-up updates (the rate peaks here)", maximum=10**9)
-    label_smoothing: float = _option("label smoothing of the training loss")
-    clip_norm: float | None = _option("clip the gradients' norm to this (0: off)", zero_is_off=True, maximum=10.0**6)
-    weight_decay: float = _option("AdamW weight decay of matrices", 0.0, maximum=10.0)
-    eval_every: int | None = _option("validate every N updates (default: after each epoch)", maximum=10**9)
-    checkpoint_every: int | None = _option("also checkpoint every N updates", resumable=True, maximum=10**9)
-    target_exact_match: float | None = _option("stop at this validation exact match (0: never)", resumable=True,
+    batches_per_update: int = option("gradient accumulation: batches per optimizer update", 1, maximum=10**4)
+    schedule: str = option("learning-rate schedule", choices=SCHEDULES)
+    lr: float | None = option("peak learning rate", maximum=10.0)
+    warmup_steps: int = option("warm-up updates (the rate peaks here)", maximum=10**9)
+    label_smoothing: float = option("label smoothing of the training loss")
+    clip_norm: float | None = option("clip the gradients' norm to this (0: off)", zero_is_off=True, maximum=10.0**6)
+    weight_decay: float = option("AdamW weight decay of matrices", 0.0, maximum=10.0)
+    eval_every: int | None = option("validate every N updates (default: after each epoch)", maximum=10**9)
+    checkpoint_every: int | None = option("also checkpoint every N updates", resumable=True, maximum=10**9)
+    target_exact_match: float | None = option("stop at this validation exact match (0: never)", resumable=True,
                                                zero_is_off=True)
-    log_every: int = _option("record the training loss every N updates", maximum=10**9)
-    keep_weights: int = _option("keep the last N checkpoints' weights and try their average at the end (0: off)", 0,
+    log_every: int = option("record the training loss every N updates", maximum=10**9)
+    keep_weights: int = option("keep the last N checkpoints' weights and try their average at the end (0: off)", 0,
                                 metavar="N", maximum=1000)
     # the model: the preset's sizes and choices, each field of TransformerConfig changed by the option of its name
     # (the vocabulary sizes and the padding id come from the data)
@@ -138,22 +145,22 @@ class RunConfig:
     share_embeddings: bool | None = _model_option("one embedding matrix for source and target (a joint vocabulary)")
     tie_output: bool | None = _model_option("the output layer reuses the target embedding matrix")
     # the toy tasks (copy, reverse)
-    n_train: int | None = _option("training sequences", task="toy", maximum=10**7)
-    n_heldout: int | None = _option("held-out sequences, never seen in training", task="toy", maximum=10**6)
-    n_symbols: int | None = _option("symbols in the alphabet", task="toy", maximum=10**4)
-    shortest: int | None = _option("fewest symbols in a sequence", task="toy", maximum=512)
-    longest: int | None = _option("most symbols in a sequence", task="toy", maximum=512)
+    n_train: int | None = option("training sequences", task="toy", maximum=10**7)
+    n_heldout: int | None = option("held-out sequences, never seen in training", task="toy", maximum=10**6)
+    n_symbols: int | None = option("symbols in the alphabet", task="toy", maximum=10**4)
+    shortest: int | None = option("fewest symbols in a sequence", task="toy", maximum=512)
+    longest: int | None = option("most symbols in a sequence", task="toy", maximum=512)
     # multi30k
-    train_size: int | None = _option("train on a random subset of this many pairs", task="multi30k", maximum=10**7)
-    tokenizer: str | None = _option("words: a word vocabulary per language; bpe: one joint subword vocabulary, "
+    train_size: int | None = option("train on a random subset of this many pairs", task="multi30k", maximum=10**7)
+    tokenizer: str | None = option("words: a word vocabulary per language; bpe: one joint subword vocabulary, "
                                      "embeddings shared and tied", choices=learned_tokenizers, task="multi30k")
-    vocab_size: int | None = _option("with --tokenizer bpe: tokens in the joint vocabulary", task="multi30k", maximum=10**6)
-    min_freq: int | None = _option("words: fewest occurrences of a word; bpe: of a pair to merge", task="multi30k", maximum=10**6)
-    lowercase: bool = _option("lower-case the text", False, task="multi30k")
-    bleu: str = _option("decode and score BLEU: at the end (val and test, greedy and beam), or also after every "
+    vocab_size: int | None = option("with --tokenizer bpe: tokens in the joint vocabulary", task="multi30k", maximum=10**6)
+    min_freq: int | None = option("words: fewest occurrences of a word; bpe: of a pair to merge", task="multi30k", maximum=10**6)
+    lowercase: bool = option("lower-case the text", False, task="multi30k")
+    bleu: str = option("decode and score BLEU: at the end (val and test, greedy and beam), or also after every "
                         "validation (val, greedy)", "off", choices=BLEU_MODES, task="multi30k", resumable=True)
-    beam_size: int = _option("beam width for the final BLEU (beside greedy)", 4, task="multi30k", resumable=True, maximum=MAX_BEAM)
-    bleu_threshold: float | None = _option("with --bleu epoch: record when validation BLEU (greedy, lowercased) "
+    beam_size: int = option("beam width for the final BLEU (beside greedy)", 4, task="multi30k", resumable=True, maximum=MAX_BEAM)
+    bleu_threshold: float | None = option("with --bleu epoch: record when validation BLEU (greedy, lowercased) "
                                            "first reaches this", task="multi30k", resumable=True)
 
     def __post_init__(self) -> None:
@@ -173,7 +180,7 @@ class RunConfig:
         check_int(flag("seed"), self.seed, minimum=0)
         _check_flags(self, ("compile", "lowercase"))
         self._check_numbers()
-        _check_maxima(self)
+        check_maxima(self)
         self._check_family()
         self.model_config(1000, 1000, 0)  # the model's fields, checked by TransformerConfig (sizes from the data later)
 
@@ -244,26 +251,26 @@ class RunConfig:
 class SessionOptions:
     """How this one invocation runs; never compared with a checkpoint."""
 
-    out: Path = _option("output folder (checkpoint.pt, metrics.json, loss.png)", required=True)
-    restart: bool = _option("start over, although --out has a checkpoint (earlier results are moved to OUT/previous-*)", False)
-    device: str = _option("'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:1', ...", "auto")
-    no_progress: bool = _option("no progress bar and no progress lines (TQDM_DISABLE=1 hides the bar too); the bar "
+    out: Path = option("output folder (checkpoint.pt, metrics.json, loss.png)", required=True)
+    restart: bool = option("start over, although --out has a checkpoint (earlier results are moved to OUT/previous-*)", False)
+    device: str = option("'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:1', ...", "auto")
+    no_progress: bool = option("no progress bar and no progress lines (TQDM_DISABLE=1 hides the bar too); the bar "
                                 "shows on a terminal only, elsewhere a plain line every --log-every updates", False)
-    quiet: bool = _option("only warnings and errors on the console: no information or progress lines, no bar", False)
-    log_file: Path | None = _option("also append every message (at --log-level or above, with its time) to this file",
+    quiet: bool = option("only warnings and errors on the console: no information or progress lines, no bar", False)
+    log_file: Path | None = option("also append every message (at --log-level or above, with its time) to this file",
                                     metavar="FILE")
-    log_level: str = _option("the least important messages shown and logged", "info", choices=LEVELS)
-    debug: bool = _option("show the traceback of an error (or set TRANSFORMER_LIB_DEBUG=1)", False)
-    data_dir: Path | None = _option("folder with the .gz files (default: $MULTI30K_DIR, else download to the cache)",
+    log_level: str = option("the least important messages shown and logged", "info", choices=LEVELS)
+    debug: bool = option("show the traceback of an error (or set TRANSFORMER_LIB_DEBUG=1)", False)
+    data_dir: Path | None = option("folder with the .gz files (default: $MULTI30K_DIR, else download to the cache)",
                                     task="multi30k")
-    data: Path | None = _option("prepared data from --prepare-only (skips tokenizing)", task="multi30k")
-    prepare_only: bool = _option("tokenize and write OUT/data.pt, then stop (for the full profile unless --profile "
+    data: Path | None = option("prepared data from --prepare-only (skips tokenizing)", task="multi30k")
+    prepare_only: bool = option("tokenize and write OUT/data.pt, then stop (for the full profile unless --profile "
                                  "says otherwise)", False, task="multi30k")
-    threads: int | None = _option(f"CPU threads for PyTorch's operators (default: {THREADS_DEFAULT_TEXT})",
+    threads: int | None = option(f"CPU threads for PyTorch's operators (default: {THREADS_DEFAULT_TEXT})",
                                   metavar="N", maximum=MAX_THREADS)
-    tensorboard: bool = _option("also write TensorBoard event files to OUT/tensorboard (needs the tensorboard "
+    tensorboard: bool = option("also write TensorBoard event files to OUT/tensorboard (needs the tensorboard "
                                 "package; OUT/metrics.jsonl has the same records either way)", False)
-    print_config: bool = _option("print the resolved run configuration (the defaults of the task and profile, "
+    print_config: bool = option("print the resolved run configuration (the defaults of the task and profile, "
                                  "then the options given) as JSON, and exit", False)
 
     def __post_init__(self) -> None:
@@ -271,7 +278,7 @@ class SessionOptions:
             check_int(flag("threads"), self.threads)
         _check_flags(self, ("restart", "no_progress", "quiet", "debug", "prepare_only", "tensorboard", "print_config"))
         check_choice(flag("log_level"), self.log_level, LEVELS)
-        _check_maxima(self)
+        check_maxima(self)
 
     def resolved_threads(self, preset: str) -> int:
         """``--threads``, or its default for a model of ``preset``."""
@@ -286,7 +293,7 @@ def _check_flags(options: Any, names: tuple[str, ...]) -> None:
             raise ValueError(f"{flag(name)} must be true or false, got {value!r}")
 
 
-def _check_maxima(options: Any) -> None:
+def check_maxima(options: Any) -> None:
     """Every field with a ``maximum`` is at most that."""
     for item in fields(options):
         check_at_most(flag(item.name), getattr(options, item.name), item.metadata["maximum"])
@@ -322,10 +329,13 @@ def _defaults_text(item: dataclasses.Field) -> str:
     return f" (default: {'; '.join(parts)})"
 
 
-def _add_field(parser: Any, item: dataclasses.Field, hint: Any) -> None:
+def _add_field(parser: Any, item: dataclasses.Field, hint: Any, default: Any, help_text: str) -> None:
     meta, name = item.metadata, flag(item.name)
     kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
-    options: dict[str, Any] = dict(dest=item.name, help=meta["help"] + _defaults_text(item), default=argparse.SUPPRESS)
+    if meta["positional"]:
+        parser.add_argument(item.name, nargs="*", help=help_text)
+        return
+    options: dict[str, Any] = dict(dest=item.name, help=help_text, default=default)
     if meta["required"]:
         options["required"] = True
     if kind is bool and meta["model"]:  # --qk-norm / --no-qk-norm; left out: the preset's
@@ -333,10 +343,36 @@ def _add_field(parser: Any, item: dataclasses.Field, hint: Any) -> None:
     elif kind is bool:
         parser.add_argument(name, action="store_true", **options)
     else:
-        convert = _number_or_off(kind) if meta["zero_is_off"] else kind
+        convert = meta["convert"] or (_number_or_off(kind) if meta["zero_is_off"] else kind)
         choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]  # read when the parser is made
         parser.add_argument(name, type=convert, choices=None if choices is None else tuple(choices), metavar=meta["metavar"],
                             **options)
+
+
+def add_options(parser: argparse.ArgumentParser, *classes: type, left_out: str = "absent",
+                defaults_text: Any = None) -> None:
+    """One option per field of each dataclass of ``classes``, listed under its ``group`` (or its task family's).
+
+    ``left_out``: ``"absent"`` (an option not given is no key of the result: the training command line,
+    which resolves defaults per task and profile) or ``"default"`` (the field's default).
+    ``defaults_text(field)``: what the help adds about the default.
+    """
+    sections: dict[str | None, Any] = {None: parser}
+    exclusive: dict[str, Any] = {}
+    hints = {name: hint for cls in classes for name, hint in typing.get_type_hints(cls).items()}
+    for item in (item for cls in classes for item in fields(cls)):
+        meta = item.metadata
+        title = meta["group"] or ({"toy": "toy tasks (copy, reverse)", "multi30k": "multi30k"}.get(meta["task"]))
+        if title not in sections:
+            sections[title] = parser.add_argument_group(title)
+        where = sections[title]
+        if meta["one_of"] is not None:
+            if meta["one_of"] not in exclusive:
+                exclusive[meta["one_of"]] = where.add_mutually_exclusive_group(required=True)
+            where = exclusive[meta["one_of"]]
+        default = argparse.SUPPRESS if left_out == "absent" else item.default
+        help_text = meta["help"] + (defaults_text(item) if defaults_text is not None else "")
+        _add_field(where, item, hints[item.name], default, help_text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -350,13 +386,7 @@ def _parser() -> argparse.ArgumentParser:
     add_version(parser)
     parser.add_argument("--config", metavar="FILE", help="read the settings from FILE, as --print-config writes them "
                         "(JSON); the options given on the command line override them")
-    groups = {None: parser, "toy": parser.add_argument_group("toy tasks (copy, reverse)"),
-              "multi30k": parser.add_argument_group("multi30k"),
-              "model": parser.add_argument_group("the model (default: the --preset's)")}
-    for cls in (RunConfig, SessionOptions):
-        hints = typing.get_type_hints(cls)
-        for item in fields(cls):
-            _add_field(groups["model" if item.metadata["model"] else item.metadata["task"]], item, hints[item.name])
+    add_options(parser, RunConfig, SessionOptions, defaults_text=_defaults_text)
     return parser
 
 

@@ -34,23 +34,96 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .. import pretrained
 from ..device import parse_device
 from ..evaluation import BleuScore, corpus_chrf
 from ..translator import LENGTH_PENALTY, TranslationError, Translator, evaluate_bleu, read_multi30k_split
 from ..validation import check_int, check_number
-from .common import DEBUG_ENV, EXIT_EPILOG, UsageError, MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_version, check_at_most, default_threads, run_command, set_threads
-from .console import add_logging_options, command_logging
+from .common import DEBUG_ENV, EXIT_EPILOG, UsageError, MAX_THREADS, THREADS_DEFAULT_TEXT, CommandLineParser, add_version, default_threads, run_command, set_threads
+from .console import LEVELS, command_logging
 from .nbest import format_n_best, n_best, open_output, read_lines
-from .options import MAX_BEAM
+from .options import MAX_BEAM, add_options, check_maxima, flag, option
 
-__all__ = ["main"]
+__all__ = ["TranslateOptions", "main"]
 
 logger = logging.getLogger("transformer_lib.cli.translate")  # not __name__: "__main__" under python -m
 
 MAX_BATCH = 4096  # sentences decoded together; more only fills memory
 SCORED_BEAM = 4  # scoring a model that chose no beam: greedy and this beam (the paper's)
+
+
+_SCORING = "scoring (BLEU and chrF, with sacreBLEU's signatures)"
+
+
+@dataclass
+class TranslateOptions:
+    """Every option of ``transformer-translate``, one field each (the parser is made from them, as the
+    training command line's), checked together when created, before a model is loaded."""
+
+    sentences: list[str] = option("sentences to translate, one argument each (none: read --input, else standard input, "
+                                  "one sentence a line)", positional=True)
+    checkpoint: str | None = option("a checkpoint written by transformer-train", one_of="model")
+    pretrained: bool = option("the pretrained Multi30k de->en model shipped with the library "
+                              "(transformer_lib.pretrained)", False, one_of="model")
+    input: str | None = option("sentences to translate, one a line (.gz too; - for stdin)", metavar="FILE")
+    output: str | None = option("write the translations here (.gz too; default: stdout)", metavar="FILE")
+    n_best: int | None = option("the K best translations of each sentence with their scores, in the Moses n-best format "
+                                "'i ||| text ||| log_prob=L ||| score' (beam size at least K)", metavar="K", maximum=MAX_BEAM)
+    beam_size: int | None = option(f"beam size, at most {MAX_BEAM} (default: the model's chosen decoding: the pretrained "
+                                   "model's chosen beam with --pretrained, else 1, greedy; 4 beside greedy when scoring a "
+                                   "model without a chosen beam; at least K with --n-best K)", metavar="N", maximum=MAX_BEAM)
+    length_penalty: float | None = option(f"beam search's GNMT length penalty, 0 to 10 (default: the model's chosen one "
+                                          f"with --pretrained, else {LENGTH_PENALTY}; 0 = none)", metavar="ALPHA")
+    eval: str | None = option("score on this Multi30k split (greedy and beam)", choices=("val", "test"), group=_SCORING)
+    src: str | None = option("score on this source file (.gz too), with --ref", metavar="FILE", group=_SCORING)
+    ref: str | None = option("the reference translations of --src, line by line", metavar="FILE", group=_SCORING)
+    data_dir: str | None = option("with --eval: folder with the Multi30k .gz files (default: $MULTI30K_DIR, else the "
+                                  "download cache)", group=_SCORING)
+    limit: int | None = option("score only the first N sentences", metavar="N", group=_SCORING)
+    batch_size: int = option(f"sentences decoded together, at most {MAX_BATCH} (default: 64)", 64, metavar="N",
+                             maximum=MAX_BATCH)
+    threads: int | None = option(f"CPU threads (default: {THREADS_DEFAULT_TEXT})", metavar="N", maximum=MAX_THREADS)
+    device: str = option("auto (cuda when available), cpu, cuda or cuda:N (default: auto)", "auto")
+    quiet: bool = option("only warnings and errors on the console: no information lines, no progress", False)
+    log_file: str | None = option("also append every message (at --log-level or above, with its time) to FILE",
+                                  metavar="FILE")
+    log_level: str = option("the least important messages shown and logged (default: info)", "info", choices=LEVELS,
+                            convert=str.lower)
+    debug: bool = option(f"show the traceback of an error (or set {DEBUG_ENV}=1)", False)
+
+    def __post_init__(self) -> None:
+        """Every option's type and bounds, and how they combine (``UsageError``: exit status 2)."""
+        try:
+            for name in ("beam_size", "n_best", "limit", "threads"):
+                check_int(flag(name), getattr(self, name), optional=True)
+            check_int("--batch-size", self.batch_size)
+            check_maxima(self)
+            if self.length_penalty is not None:
+                check_number("--length-penalty", self.length_penalty, 0, 10, high_open=False)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        try:  # a device this machine lacks, before a model is loaded onto it
+            parse_device(self.device)
+        except ValueError as error:
+            raise UsageError(f"--device {self.device}: {error}") from None
+        self._check_combinations()
+
+    def _check_combinations(self) -> None:
+        if self.n_best is not None and self.beam_size is not None and self.beam_size < self.n_best:
+            raise UsageError(f"--n-best {self.n_best} needs --beam-size of at least {self.n_best}, got {self.beam_size}")
+        if (self.src is None) != (self.ref is None):
+            raise UsageError("--src and --ref go together: the sentences and their reference translations")
+        scoring = [name for name, given in (("--eval", self.eval), ("--src", self.src)) if given is not None]
+        inputs = [name for name, given in (("sentences", self.sentences), ("--input", self.input)) if given]
+        if len(scoring) > 1 or (scoring and (inputs or self.n_best is not None or self.output is not None)):
+            raise UsageError(f"{' and '.join(scoring + inputs)}: score (--eval, or --src/--ref) or translate "
+                             "(sentences, --input, --n-best, --output), not both")
+        if len(inputs) > 1:
+            raise UsageError("give sentences as arguments or --input FILE, not both")
+        if self.limit is not None and not scoring:
+            raise UsageError(f"--limit {self.limit} applies to scoring (--eval, or --src/--ref)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,78 +134,11 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXIT_EPILOG,
     )
     add_version(parser)
-    parser.add_argument("sentences", nargs="*", help="sentences to translate, one argument each (none: read --input, "
-                                                     "else standard input, one sentence a line)")
-    model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--checkpoint", help="a checkpoint written by transformer-train")
-    model.add_argument("--pretrained", action="store_true",
-                       help="the pretrained Multi30k de->en model shipped with the library (transformer_lib.pretrained)")
-    parser.add_argument("--input", metavar="FILE", help="sentences to translate, one a line (.gz too; - for stdin)")
-    parser.add_argument("--output", metavar="FILE", help="write the translations here (.gz too; default: stdout)")
-    parser.add_argument("--n-best", type=int, default=None, metavar="K",
-                        help="the K best translations of each sentence with their scores, in the Moses n-best "
-                             "format 'i ||| text ||| log_prob=L ||| score' (beam size at least K)")
-    parser.add_argument("--beam-size", type=int, default=None, metavar="N",
-                        help=f"beam size, at most {MAX_BEAM} (default: the model's chosen decoding: the pretrained "
-                             "model's chosen beam with --pretrained, else 1, greedy; 4 beside greedy when scoring a "
-                             "model without a chosen beam; at least K with --n-best K)")
-    parser.add_argument("--length-penalty", type=float, default=None, metavar="ALPHA",
-                        help=f"beam search's GNMT length penalty, 0 to 10 (default: the model's chosen one with "
-                             f"--pretrained, else {LENGTH_PENALTY}; 0 = none)")
-    scoring = parser.add_argument_group("scoring (BLEU and chrF, with sacreBLEU's signatures)")
-    scoring.add_argument("--eval", choices=["val", "test"], help="score on this Multi30k split (greedy and beam)")
-    scoring.add_argument("--src", metavar="FILE", help="score on this source file (.gz too), with --ref")
-    scoring.add_argument("--ref", metavar="FILE", help="the reference translations of --src, line by line")
-    scoring.add_argument("--data-dir", default=None,
-                         help="with --eval: folder with the Multi30k .gz files (default: $MULTI30K_DIR, else the download cache)")
-    scoring.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N sentences")
-    parser.add_argument("--batch-size", type=int, default=64, metavar="N",
-                        help=f"sentences decoded together, at most {MAX_BATCH} (default: 64)")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help=f"CPU threads (default: {THREADS_DEFAULT_TEXT})")
-    parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N (default: auto)")
-    add_logging_options(parser)
-    parser.add_argument("--debug", action="store_true", help=f"show the traceback of an error (or set {DEBUG_ENV}=1)")
+    add_options(parser, TranslateOptions, left_out="default")
     return parser
 
 
-def _check_options(args: argparse.Namespace) -> None:
-    """Every option's type and bounds, and how they combine, before a model is loaded."""
-    try:
-        check_int("--beam-size", args.beam_size, optional=True)
-        check_at_most("--beam-size", args.beam_size, MAX_BEAM)
-        check_int("--n-best", args.n_best, optional=True)
-        check_at_most("--n-best", args.n_best, MAX_BEAM)
-        check_int("--batch-size", args.batch_size)
-        check_at_most("--batch-size", args.batch_size, MAX_BATCH)
-        check_int("--limit", args.limit, optional=True)
-        if args.threads is not None:  # None: the default for the model's size
-            check_int("--threads", args.threads)
-        check_at_most("--threads", args.threads, MAX_THREADS)
-        if args.length_penalty is not None:
-            check_number("--length-penalty", args.length_penalty, 0, 10, high_open=False)
-    except ValueError as error:
-        raise TranslationError(str(error)) from None
-    try:  # a device this machine lacks, before a model is loaded onto it
-        parse_device(args.device)
-    except ValueError as error:
-        raise TranslationError(f"--device {args.device}: {error}") from None
-    if args.n_best is not None and args.beam_size is not None and args.beam_size < args.n_best:
-        raise TranslationError(f"--n-best {args.n_best} needs --beam-size of at least {args.n_best}, got {args.beam_size}")
-    if (args.src is None) != (args.ref is None):
-        raise TranslationError("--src and --ref go together: the sentences and their reference translations")
-    scoring = [name for name, given in (("--eval", args.eval), ("--src", args.src)) if given is not None]
-    inputs = [name for name, given in (("sentences", args.sentences), ("--input", args.input)) if given]
-    if len(scoring) > 1 or (scoring and (inputs or args.n_best is not None or args.output is not None)):
-        raise TranslationError(f"{' and '.join(scoring + inputs)}: score (--eval, or --src/--ref) or translate "
-                               "(sentences, --input, --n-best, --output), not both")
-    if len(inputs) > 1:
-        raise TranslationError("give sentences as arguments or --input FILE, not both")
-    if args.limit is not None and not scoring:
-        raise TranslationError(f"--limit {args.limit} applies to scoring (--eval, or --src/--ref)")
-
-
-def _load(args: argparse.Namespace) -> Translator:
+def _load(args: TranslateOptions) -> Translator:
     """The model. Its own decoding (``Translator.decoding``: the pretrained model's chosen beam) is the
     default of ``--beam-size`` and ``--length-penalty``, resolved by the translator as the library does."""
     if args.pretrained:
@@ -141,7 +147,7 @@ def _load(args: argparse.Namespace) -> Translator:
     return Translator.from_checkpoint(args.checkpoint, device=args.device)
 
 
-def _sentences(args: argparse.Namespace) -> list[str]:
+def _sentences(args: TranslateOptions) -> list[str]:
     """The arguments, else the lines of ``--input``, else of standard input (unless it is a terminal)."""
     if args.sentences:
         return list(args.sentences)
@@ -159,7 +165,7 @@ def _sentences(args: argparse.Namespace) -> list[str]:
     return piped
 
 
-def _translate(args: argparse.Namespace, translator: Translator, sentences: list[str]) -> None:
+def _translate(args: TranslateOptions, translator: Translator, sentences: list[str]) -> None:
     if args.n_best is not None:
         beam, length_penalty = translator.decoding_settings(args.beam_size, args.length_penalty)
         beam = max(beam, args.n_best)
@@ -172,7 +178,7 @@ def _translate(args: argparse.Namespace, translator: Translator, sentences: list
             out.write(line + "\n")
 
 
-def _pairs(args: argparse.Namespace, translator: Translator) -> tuple[str, list[tuple[str, str]]]:
+def _pairs(args: TranslateOptions, translator: Translator) -> tuple[str, list[tuple[str, str]]]:
     """What is scored: a name and its ``(source, reference)`` pairs."""
     if args.src is not None:
         sources, references = read_lines(args.src), read_lines(args.ref)
@@ -187,7 +193,7 @@ def _pairs(args: argparse.Namespace, translator: Translator) -> tuple[str, list[
     return f"Multi30k {args.eval}: {{n}} sentences, {src_lang}->{tgt_lang}", pairs
 
 
-def _score(args: argparse.Namespace, translator: Translator, threads: int) -> None:
+def _score(args: TranslateOptions, translator: Translator, threads: int) -> None:
     name, pairs = _pairs(args, translator)
     if not pairs:
         raise TranslationError(f"{name.format(n=0)}: nothing to score")
@@ -210,17 +216,13 @@ def _score(args: argparse.Namespace, translator: Translator, threads: int) -> No
     print(f"lowercased BLEU ({first['bleu_lowercased'].signature}) is for comparison with older Multi30k papers only")
 
 
-def _run(args: argparse.Namespace) -> None:
+def _run(args: TranslateOptions) -> None:
     # Information on standard error, as "info: ...": standard output holds only the results.
     with command_logging(args.quiet, args.log_file, args.log_level, info_stream="stderr", prefix_info=True):
         _translate_or_score(args)
 
 
-def _translate_or_score(args: argparse.Namespace) -> None:
-    try:
-        _check_options(args)
-    except TranslationError as error:
-        raise UsageError(str(error)) from None
+def _translate_or_score(args: TranslateOptions) -> None:
     sentences = None if (args.eval or args.src) else _sentences(args)  # read (and checked) before the model loads
     translator = _load(args)
     small = translator.model.config.d_model <= 64
@@ -242,8 +244,8 @@ def _threads_text(threads: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (0 ok; 2 a bad command line, 1 a failure: one line
     ``error: ...``; 130/143 Ctrl-C/SIGTERM)."""
-    args = _parser().parse_args(argv)
-    return run_command(lambda: _run(args), argv)
+    given = vars(_parser().parse_args(argv))
+    return run_command(lambda: _run(TranslateOptions(**given)), argv)
 
 
 if __name__ == "__main__":
