@@ -205,13 +205,18 @@ def _site_widget() -> Any:
     return module
 
 
-def widget_html(examples: list[str]) -> str:
-    """The widget's placeholder: ``web/widget.js`` builds the widget in it; without JavaScript it says so."""
+def widget_html(examples: list[str], decoding: dict[str, Any]) -> str:
+    """The widget's placeholder: ``web/widget.js`` builds the widget in it, offering the ``examples``
+    and the model's chosen ``decoding`` (``beam_size``, ``length_penalty``) beside greedy decoding;
+    without JavaScript it says so."""
     import html
     import json
 
-    data = html.escape(json.dumps(examples, ensure_ascii=False), quote=True)
-    return (f'<div class="tt-translate-widget" {WIDGET_MARKER} data-examples="{data}">'
+    def attribute(value: Any) -> str:
+        return html.escape(json.dumps(value, ensure_ascii=False), quote=True)
+
+    return (f'<div class="tt-translate-widget" {WIDGET_MARKER} data-examples="{attribute(examples)}" '
+            f'data-decoding="{attribute(decoding)}">'
             "<noscript><p>The translation widget needs JavaScript.</p></noscript></div>")
 
 
@@ -223,8 +228,9 @@ class TranslateWidget(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         from transformer_lib import pretrained
 
-        examples = [example["source"] for example in pretrained.info().run["examples"]]
-        return [nodes.raw("", widget_html(examples), format="html")]
+        info = pretrained.info()
+        examples = [example["source"] for example in info.run["examples"]]
+        return [nodes.raw("", widget_html(examples, dict(info.decoding)), format="html")]
 
 
 def _setup_note() -> nodes.admonition:

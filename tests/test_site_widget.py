@@ -76,12 +76,12 @@ def browser() -> Iterator[Any]:
         chromium.close()
 
 
-def _page_html(examples: list[str]) -> str:
+def _page_html(examples: list[str], decoding: dict) -> str:
     """A page with the widget, its two files in its head as _ext/book_site.py adds them."""
     head = '<link rel="stylesheet" href="_static/widget/widget.css"><script defer src="_static/widget/widget.js"></script>'
     return (f'<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">'
             f'<link rel="icon" href="data:,">{head}</head>'
-            f"<body style='margin: 8px'><h1>Try it</h1>{book_site.widget_html(examples)}</body></html>")
+            f"<body style='margin: 8px'><h1>Try it</h1>{book_site.widget_html(examples, decoding)}</body></html>")
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +89,9 @@ def assembled(tmp_path_factory) -> Path:
     """A small site: the widget's files as the build writes them, and a page with the widget."""
     folder = tmp_path_factory.mktemp("site")
     site_widget.write_widget(folder / "_static" / "widget")
-    examples = [example["source"] for example in pretrained.info().run["examples"]]
-    (folder / "widget.html").write_text(_page_html(examples), encoding="utf-8")
+    info = pretrained.info()
+    examples = [example["source"] for example in info.run["examples"]]
+    (folder / "widget.html").write_text(_page_html(examples, dict(info.decoding)), encoding="utf-8")
     return folder
 
 

@@ -177,13 +177,21 @@
     return null;
   }
 
+  function attribute(root, name, otherwise) {
+    try {
+      return JSON.parse(root.getAttribute(name)) || otherwise;
+    } catch (error) {
+      return otherwise;
+    }
+  }
+
   let count = 0;
 
   class Widget {
     constructor(root) {
       const id = "tt-translate-" + ++count;
-      let examples = [];
-      try { examples = JSON.parse(root.getAttribute("data-examples") || "[]"); } catch (error) { examples = []; }
+      const examples = attribute(root, "data-examples", []);
+      const chosen = attribute(root, "data-decoding", {});
       this.root = root;
       this.input = element("textarea", { id: id + "-text", rows: "2", spellcheck: "false", lang: "de",
                                          class: "tt-translate-text" });
@@ -193,6 +201,10 @@
                               ...examples.map((s) => element("option", { value: s, text: s })));
       this.decoding = element("select", { class: "tt-translate-decoding", "aria-label": "Decoding" },
                               element("option", { value: "1", text: "greedy" }));
+      if (chosen.beam_size > 1) {  // the model's chosen decoding (its length penalty comes with the model)
+        this.decoding.appendChild(element("option", { value: String(chosen.beam_size),
+          text: "beam " + chosen.beam_size + ", α " + chosen.length_penalty }));
+      }
       this.button = element("button", { type: "submit", class: "tt-translate-button", text: "Translate" });
       this.status = element("p", { class: "tt-translate-status", role: "status" });
       this.output = element("p", { class: "tt-translate-output", lang: "en", "aria-live": "polite" });
@@ -244,7 +256,7 @@
         if (!this.translator) {
           this.say("Loading the model and ONNX Runtime…");
           this.translator = await load();
-          this.offerBeam();
+          this.offerLayersAndHeads();
         }
         this.say("Translating…");
         const beamSize = Number(this.decoding.value);
@@ -267,12 +279,7 @@
       }
     }
 
-    offerBeam() {
-      const chosen = this.translator.manifest.decoding;
-      if (chosen.beam_size > 1 && this.decoding.options.length === 1) {
-        this.decoding.appendChild(element("option", { value: String(chosen.beam_size),
-          text: "beam " + chosen.beam_size + ", α " + chosen.length_penalty }));
-      }
+    offerLayersAndHeads() {
       const model = this.translator.manifest.model;
       if (!this.layer.options.length) {
         for (let l = 0; l < model.n_decoder_layers; l++) {
