@@ -15,7 +15,8 @@ book``; skipped otherwise). Checked, with headless Chromium as in ``tests/test_s
 - the first 200 sentences of Multi30k test 2016: the same source pieces as Python for every one, the
   same greedy translation for at least 99% of them, every row of every layer's and head's
   cross-attention summing to one; beam search with the model's chosen beam and length penalty gives
-  Python's beam translations;
+  Python's beam translations (these two, about a minute each, on the built book when there is one,
+  else on the assembled site);
 - no request leaves the site; no console errors;
 - opened from ``file://``, and in a browser without WebAssembly, the widget says so in one line.
 
@@ -156,9 +157,18 @@ def _clean(record: dict) -> None:
     assert not record["errors"], record["errors"]
 
 
+# Records each text the translation line shows while the model writes (one per step when greedy).
+WATCH_OUTPUT_JS = """() => {
+  window.ttShown = [];
+  new MutationObserver((records) => records.forEach((r) => r.addedNodes.forEach((n) => window.ttShown.push(n.data))))
+    .observe(document.querySelector('[data-tt-translate] .tt-translate-output'), {childList: true});
+}"""
+
+
 def _translate_in_widget(page: Any, sentence: str, beam: str = "1") -> dict:
     page.fill("[data-tt-translate] textarea", sentence)
     page.select_option("[data-tt-translate] .tt-translate-decoding", beam)
+    page.evaluate(WATCH_OUTPUT_JS)
     page.click("[data-tt-translate] .tt-translate-button")
     page.wait_for_function("() => ['done', 'failed'].includes(document.querySelector('[data-tt-translate]').dataset.state)"
                            " && !document.querySelector('.tt-translate-button').disabled")
@@ -171,7 +181,7 @@ def _translate_in_widget(page: Any, sentence: str, beam: str = "1") -> dict:
               rows: root.querySelectorAll('.tt-translate-map tbody tr').length,
               cols: root.querySelectorAll('.tt-translate-map thead th').length - 1,
               weights: Array.from(root.querySelectorAll('.tt-translate-map td'), (e) => Number(e.dataset.weight)),
-              timing: root.querySelector('.tt-translate-timing').textContent};
+              timing: root.querySelector('.tt-translate-timing').textContent, shownOnTheWay: window.ttShown};
     }""")
 
 
@@ -205,6 +215,10 @@ def test_sentences_typed_on_a_phone_in_dark_mode(browser, where, shipped):
             assert shown["source"][:-1] == shipped.src_tokenizer.tokenize(sentence)  # and <eos>, the source format's
             assert shown["target"][-1] == "<eos>" and shown["target"][:-1] == shipped.translate_tokens([sentence], beam_size=1)[0]
             assert (shown["rows"], shown["cols"]) == (len(shown["target"]), len(shown["source"]))
+            # token by token: the line grew with every step, each time a beginning of the translation
+            on_the_way = [text for text in shown["shownOnTheWay"] if text not in ("…", translation)]
+            assert len(set(on_the_way)) >= len(shown["target"]) - 3, shown["shownOnTheWay"]
+            assert all(translation.startswith(text) for text in on_the_way), shown["shownOnTheWay"]
             assert re.search(r"\d+ decoder steps, [\d.]+ ms a token", shown["timing"]), shown["timing"]
         # nothing wider than the phone's column, the heatmap scrolling inside its own box
         widths = page.evaluate("""() => ({page: document.documentElement.scrollWidth,
@@ -252,6 +266,13 @@ BATCH_JS = """async ({sentences, beamSize}) => {
 }"""
 
 
+def _once(path: str) -> None:
+    """The long checks run on one site: the built book when there is one, else the assembled site
+    (the same files; about a minute each)."""
+    if path == "widget.html" and (SITE / WIDGET_PAGE).is_file():
+        pytest.skip("checked on the built site")
+
+
 def _first_test_sentences(folder: Path, count: int = 200) -> list[str]:
     return [source for source, _ in read_multi30k_split("test", folder, "de", "en")[:count]]
 
@@ -259,6 +280,7 @@ def _first_test_sentences(folder: Path, count: int = 200) -> list[str]:
 @pytest.mark.multi30k
 def test_the_first_200_test_sentences_as_python_translates_them(browser, where, shipped, real_multi30k):
     base, path = where
+    _once(path)
     sentences = _first_test_sentences(real_multi30k)
     expected = shipped.translate_tokens(sentences, beam_size=1)
     with opened(browser, base, path) as (page, record):
@@ -282,6 +304,7 @@ def test_the_first_200_test_sentences_as_python_translates_them(browser, where, 
 @pytest.mark.multi30k
 def test_beam_search_with_the_chosen_length_penalty(browser, where, shipped, real_multi30k):
     base, path = where
+    _once(path)
     beam_size, alpha = shipped.decoding_settings()
     assert beam_size > 1
     sentences = _first_test_sentences(real_multi30k, 20)
