@@ -207,16 +207,19 @@ def test_the_book_package_imports_none_of_its_modules() -> None:
 
 def test_every_module_is_on_the_map_with_its_tests() -> None:
     """A newcomer finds a concept's module, chapter and tests by one name: the package docstring
-    lists every core module, and the README's table names each module's test files, which exist."""
+    lists every core module, and the site's library page (book/api.md) names each module's test files,
+    which exist."""
     modules = {p.stem for p in CORE}
     assert modules <= set(_core_order()), f"missing from transformer_lib/__init__.py's map: {sorted(modules - set(_core_order()))}"
     import transformer_lib.cli
 
     listed_apps = set(re.findall(r"^    (\w+) ", transformer_lib.cli.__doc__, re.M))
     assert {p.stem for p in APPS if p.stem != "__init__"} <= listed_apps, "transformer_lib/cli/__init__.py's map"
-    readme = (ROOT / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `([\w.]+)` \|.*\| ([^|]*test_[^|]*) \|$", readme, re.M))
-    assert modules <= set(rows), f"missing from the README's table: {sorted(modules - set(rows))}"
+    page = (ROOT / "book" / "api.md").read_text()
+    rows = dict(re.findall(r"^\| `([\w.]+)` \|.*\| ([^|]*test_[^|]*) \|$", page, re.M))
+    assert modules <= set(rows), f"missing from book/api.md's table: {sorted(modules - set(rows))}"
     for module, tests in rows.items():
         for test in re.findall(r"`(test_\w+\.py)`", tests):
-            assert (ROOT / "tests" / test).is_file(), f"README: {module}'s tests {test} do not exist"
+            assert (ROOT / "tests" / test).is_file(), f"book/api.md: {module}'s tests {test} do not exist"
+    documented = set(re.findall(r"^\.\. automodule:: transformer_lib\.(\w+)$", page, re.M))
+    assert modules <= documented, f"not in book/api.md's reference: {sorted(modules - documented)}"

@@ -386,9 +386,9 @@ def evaluate_bleu(
     of them get every translation back, so each returns the same scores.
 
     Returns:
-        ``{"greedy" | "beam N": {"bleu": BleuScore, "bleu_lowercased": BleuScore, "seconds": float,
-        "translations": list[str], "tokens": list[list[str]]}}``: the translations detokenized (what
-        BLEU scores) and as the model's tokens.
+        For each decoding (keys ``"greedy"``, ``"beam N"``) a dict: ``bleu`` and ``bleu_lowercased``
+        (sacreBLEU's ``BleuScore``), ``seconds`` (a float), ``translations`` (list[str]: detokenized,
+        what BLEU scores) and ``tokens`` (list[list[str]]: the same as the model's tokens).
     """
     sources = [source for source, _ in pairs]
     references = [reference for _, reference in pairs]

@@ -2,7 +2,7 @@
 
     python -m transformer_lib.cli.onnx_export --out site-model/
 
-writes four files into ``DIR`` (``--out`` has no default: nothing is written into the package):
+writes four files into ``DIR`` (``--out`` has no default: nothing is written into the package)::
 
     encoder.onnx     src (B, S) int64 -> memory (B, S, D) float32
     decoder.onnx     tgt (B, T) int64, memory (B, S, D), src (B, S) int64 ->
