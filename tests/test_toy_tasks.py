@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -10,7 +11,9 @@ from errors import raises
 
 from transformer_lib.config import TransformerConfig
 from transformer_lib.model import Transformer
-from transformer_lib.toy_tasks import MAX_LENGTH, MAX_PAIRS, MAX_SYMBOLS, exact_match_by_length, toy_task, toy_vocab
+from transformer_lib.toy_tasks import (
+    MAX_LENGTH, MAX_PAIRS, MAX_SYMBOLS, MIN_HELDOUT_PER_LENGTH, exact_match_by_length, toy_task, toy_vocab
+)
 
 
 @pytest.mark.parametrize("task", ["copy", "reverse"])
@@ -62,8 +65,45 @@ def test_lengths_are_spread_evenly_and_short_ones_are_used_up() -> None:
     counts = Counter(len(s) for s in [*train.src, *heldout.src])
     assert counts[1] == 10 and counts[2] == 100 and counts[3] == 1_000  # every sequence there is
     assert max(counts[n] for n in range(4, 9)) - min(counts[n] for n in range(4, 9)) <= 1  # the rest share evenly
+
+
+@pytest.mark.parametrize(("n_symbols", "longest", "n_train", "n_heldout"),
+                         [(10, 8, 20_000, 1_000), (10, 6, 4_000, 300), (4, 6, 2_000, 400), (10, 3, 500, 200)])
+def test_every_length_has_enough_held_out_sequences_to_measure_it(n_symbols, longest, n_train, n_heldout) -> None:
+    """Issue 43: 1 of 10 one-symbol sequences held out (5 of 100 two-symbol ones), and a reverse model
+    mapping '3' to '3 3' scored 100% held-out. Now each length holds out MIN_HELDOUT_PER_LENGTH, or
+    half of its sequences where it has fewer than twice that, and the longer lengths share the rest."""
+    train, heldout = toy_task("reverse", n_train, n_heldout, n_symbols=n_symbols, longest=longest, seed=5)
+    drawn = Counter(len(s) for s in [*train.src, *heldout.src])
     held = Counter(len(s) for s in heldout.src)
-    assert held[1] >= 1 and held[2] >= 1 and held[8] > held[2]  # in proportion, at least one each
+    for length in range(1, longest + 1):
+        assert held[length] >= min(MIN_HELDOUT_PER_LENGTH, drawn[length] // 2), (length, held[length], drawn[length])
+        assert held[length] < drawn[length]  # training sees every length
+    assert held[1] == n_symbols // 2  # half of the one-symbol sequences: every one there is, measured
+    share = [held[n] / drawn[n] for n in range(1, longest + 1) if held[n] > MIN_HELDOUT_PER_LENGTH]
+    assert share and max(share) - min(share) < 0.01  # above the minimum, the same share of each length
+
+
+def test_balanced_lengths_repeat_the_rare_lengths_and_keep_the_held_out_set() -> None:
+    plain_train, plain_heldout = toy_task("reverse", 20_000, 1_000, longest=8, seed=1)
+    train, heldout = toy_task("reverse", 20_000, 1_000, longest=8, seed=1, balance_lengths=True)
+    assert sorted(map(tuple, heldout.src)) == sorted(map(tuple, plain_heldout.src))  # the same held-out set
+    assert {tuple(s) for s in train.src} == {tuple(s) for s in plain_train.src}  # the same sequences, repeated
+    assert not {tuple(s) for s in train.src} & {tuple(s) for s in heldout.src}
+    counts, plain = Counter(len(s) for s in train.src), Counter(len(s) for s in plain_train.src)
+    most = max(plain.values())  # each length in proportion to the square root of its count (XLM's alpha 0.5)
+    assert counts == {n: plain[n] * max(1, round(math.sqrt(most / plain[n]))) for n in plain}
+    assert (plain[1], counts[1]) == (5, 140)  # 5 one-symbol sequences, each 28 times
+    assert all(tgt == src[::-1] for src, tgt in train)
+
+
+def test_held_out_quotas_when_too_few_are_asked_for() -> None:
+    # 12 held out over 4 lengths of 3 symbols: the minimums (1, 4, 13, 36) do not fit, so they are
+    # scaled down, one each at least; 2 held out over 4 lengths: the longest go without
+    train, heldout = toy_task("copy", 100, 12, n_symbols=3, longest=4)
+    assert set(Counter(len(s) for s in heldout.src)) == {1, 2, 3, 4} and len(heldout) == 12
+    _, two = toy_task("copy", 100, 2, n_symbols=3, longest=4)
+    assert sorted(len(s) for s in two.src) == [1, 2]
 
 
 def test_exact_match_by_length_reports_each_length() -> None:
