@@ -240,6 +240,9 @@ def test_sentences_typed_on_a_phone_in_dark_mode(browser, where, shipped):
         page.select_option(".tt-translate-head", "2")
         after = page.evaluate("() => Array.from(document.querySelectorAll('.tt-translate-map td'), e => e.dataset.weight)")
         assert len(after) == len(before) and after != before
+        # a blank sentence: nothing translated, no heatmap left from the sentence before
+        blank = _translate_in_widget(page, "  ")
+        assert (blank["state"], blank["text"], blank["rows"], blank["target"]) == ("done", "(nothing to translate)", 0, [])
         requested = [url.rsplit("/", 1)[-1] for url in record["local"]]
         assert {"encoder.onnx", "decoder.onnx", "ort-wasm-simd-threaded.wasm", "tokenizer.json"} <= set(requested)
         _clean(record)

@@ -100,7 +100,7 @@
       const beamSize = options.beamSize || 1;
       const alpha = options.lengthPenalty === undefined ? chosen.length_penalty : options.lengthPenalty;
       const source = this.source(text);
-      if (!source.pieces.length) return { text: "", pieces: [], tokens: [], source, stepMs: [], cross: null };
+      if (!source.pieces.length) return { text: "", pieces: [], tokens: [], shown: [], source, stepMs: [], cross: null };
       const S = source.ids.length;
       if (S > this.manifest.source.max_tokens) {
         throw new Error("the sentence is " + S + " pieces long, more than the model's " + this.manifest.source.max_tokens);
@@ -301,6 +301,10 @@
       pieces(this.sourcePieces, result.source.shown);
       pieces(this.targetPieces, result.shown);
       if (result.cross) this.draw();
+      if (final && !result.cross) {  // nothing was translated: no heatmap, no times
+        this.heatmap.replaceChildren();
+        this.timing.textContent = "";
+      }
       if (final && result.stepMs.length) {
         const perToken = result.decodeMs / result.stepMs.length;
         this.timing.textContent = result.stepMs.length + " decoder steps" +
@@ -316,7 +320,10 @@
       const cross = result.cross;
       const l = Number(this.layer.value || cross.layers - 1);
       const h = Number(this.head.value || -1);
-      const table = element("table", { class: "tt-translate-map" });
+      const table = element("table", { class: "tt-translate-map" },
+        element("caption", { class: "tt-translate-caption",
+          text: "Cross-attention of decoder layer " + (l + 1) + ", " + (h < 0 ? "mean of the heads" : "head " + (h + 1)) +
+                ": a row per target piece, a column per source piece" }));
       const head = element("tr", {}, element("th", {}));
       result.source.shown.forEach((piece) => head.appendChild(element("th", { scope: "col", text: piece })));
       table.appendChild(element("thead", {}, head));
