@@ -2,6 +2,8 @@
 // (the row labels) at the left while it scrolls (site.css); this script
 // - gives the box that scrolls the held column's width (--tt-held), so that the scroll cue fades the
 //   edge beside the labels rather than the labels;
+// - lets the headers of a table wider than its box wrap (tt-wrap-heads: a number column's header
+//   stays on one line otherwise), which fits most tables on a laptop;
 // - sets a table that is still wider than its box once condensed as stacked rows (tt-stacked): each
 //   row its label, then a line per column, "column name ... value" (each cell gets its column's name,
 //   data-tt-column). A table with a header over several columns (colspan) is left to scroll.
@@ -31,10 +33,13 @@
   function fit(table) {
     if (!table.getClientRects().length) return;  // in a closed toggle: fitted when it opens
     const box = scroller(table);
-    const stacked = table.classList.contains("tt-stacked");
-    if (stacked) table.classList.remove("tt-stacked");
+    table.classList.remove("tt-stacked", "tt-wrap-heads");
     const room = box ? box.clientWidth : table.parentElement.clientWidth;
-    const wide = table.scrollWidth > room + 1;
+    const over = () => table.scrollWidth > room + 1;
+    // Too wide: first the headers wrap (a number column's header is otherwise kept on one line); only
+    // a table still wider than its box is stacked. A table that fits keeps its headers on one line.
+    if (over()) table.classList.add("tt-wrap-heads");
+    const wide = over();
     const names = wide ? columnNames(table) : null;
     if (names) {
       Array.from(table.tBodies).forEach(b => Array.from(b.rows).forEach(r =>

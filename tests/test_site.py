@@ -704,7 +704,8 @@ FIGURE_TEXT_JS = """async (pngText) => {
 # Printed results (what a cell prints: checks, summaries, the profile line) wrap at their box
 # (site.css); a printed table keeps its lines (printed-results.js marks it) and is reported when it is
 # wider than its box: print it as a table. Tables: one wider than its box hides columns, with its row
-# labels held at the left (sticky) or not; tables.js sets such a table as stacked rows, so none is.
+# labels held at the left (sticky) or not; tables.js wraps such a table's headers, then sets one still
+# too wide as stacked rows, so none is.
 # The set-up (the Colab cell and the section's own set-up cell) is one line on the page: at most
 # MAX_SETUP_LINES of the bar's own line height, in the page's default state.
 MAX_SETUP_LINES = 1
@@ -1647,11 +1648,11 @@ def test_renderer_keeps_the_static_image_where_the_chart_library_cannot_load(bro
 
 
 def _static_page(folder: Path, body: str) -> None:
-    for name in ("site.css", "scroll-cue.js", "print-fit.js"):
+    for name in ("site.css", "scroll-cue.js", "print-fit.js", "tables.js"):
         shutil.copy(ROOT / "_static" / name, folder / name)
     (folder / "page.html").write_text(
         f'<!doctype html><html data-theme="light"><head><meta charset="utf-8">{ICON}<link rel="stylesheet" href="site.css">'
-        '<script src="scroll-cue.js"></script><script src="print-fit.js"></script></head>'
+        '<script src="scroll-cue.js"></script><script src="print-fit.js"></script><script src="tables.js"></script></head>'
         f'<body style="margin: 16px"><div class="bd-content"><article class="bd-article">{body}</article></div></body></html>',
         encoding="utf-8",
     )
@@ -1687,6 +1688,41 @@ def test_a_box_that_scrolls_sideways_shows_a_cue_and_print_fits_it_to_the_page(b
         assert not [e for e in printed.values() if e["over"]], printed
         page.emulate_media(media="screen")
         page.wait_for_function("() => !document.getElementById('huge').classList.contains('tt-print-wrap')")
+        assert not record.problems(), record.problems()
+
+
+TABLE_STATE_JS = """() => Object.fromEntries(Array.from(document.querySelectorAll("table")).map(t => [t.id, {
+  stacked: t.classList.contains("tt-stacked"), wrapped: t.classList.contains("tt-wrap-heads"),
+  width: Math.round(t.getBoundingClientRect().width), room: t.parentElement.clientWidth}]))"""
+
+
+def _table(name: str, headers: list[str], row: list[str]) -> str:
+    head = "".join(f'<th class="tt-num">{h}</th>' for h in headers)
+    body = "".join(f'<td class="tt-num">{v}</td>' for v in row)
+    return (f'<div class="cell_output"><div class="output text_html"><div class="tt-table-wrap"><table class="tt-table" id="{name}">'
+            f"<thead><tr><th>run</th>{head}</tr></thead><tbody><tr><td>a run</td>{body}</tr></tbody></table></div></div></div>")
+
+
+def test_a_table_is_stacked_only_where_it_does_not_fit_with_its_headers_wrapped(browser: Any, tmp_path: Path) -> None:
+    """tables.js: a table whose long headers make it wider than its column wraps them and stays a table
+    on a laptop (7.6's accuracy table was stacked at 1280 px); one still too wide with its headers
+    wrapped (on a phone) is stacked; one that fits keeps its headers on one line; back on a laptop, the
+    stacked table is a table again."""
+    long_heads = [f"accuracy on the {w} words of the validation captions" for w in ("hidden", "random", "kept", "picked")]
+    _static_page(tmp_path, _table("long", long_heads, ["123,456.789"] * 4) + _table("short", ["a", "b"], ["1", "2"]))
+    with serve(tmp_path) as base, visit(browser, base, viewport=LAYOUT_VIEWPORTS["desktop"]) as (page, record):
+        page.goto(base + "page.html")
+        page.wait_for_function("() => document.getElementById('long').classList.contains('tt-wrap-heads')")
+        laptop = page.evaluate(TABLE_STATE_JS)
+        assert not laptop["long"]["stacked"] and laptop["long"]["width"] <= laptop["long"]["room"], laptop
+        assert not laptop["short"]["wrapped"] and not laptop["short"]["stacked"], laptop
+        page.set_viewport_size(LAYOUT_VIEWPORTS["phone"])
+        page.wait_for_function("() => document.getElementById('long').classList.contains('tt-stacked')")
+        phone = page.evaluate(TABLE_STATE_JS)
+        assert phone["long"]["width"] <= phone["long"]["room"] and not phone["short"]["stacked"], phone
+        page.set_viewport_size(LAYOUT_VIEWPORTS["desktop"])
+        page.wait_for_function("() => !document.getElementById('long').classList.contains('tt-stacked')")
+        assert page.evaluate(TABLE_STATE_JS)["long"]["wrapped"]
         assert not record.problems(), record.problems()
 
 
