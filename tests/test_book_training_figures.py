@@ -13,7 +13,9 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from transformer_lib.book.training_figures import smoothing_conventions_figure, target_mask_figure  # noqa: E402
+from transformer_lib.book import style  # noqa: E402
+from transformer_lib.book.training_figures import (  # noqa: E402
+    smoothing_conventions_figure, target_mask_figure, training_pipeline_diagram)
 
 
 @pytest.fixture(autouse=True)
@@ -50,3 +52,17 @@ def test_smoothing_conventions_figure_has_one_bar_per_token_and_convention() -> 
 def test_smoothing_conventions_figure_rejects_bad_input(distributions, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         smoothing_conventions_figure(distributions, list("abcde"))
+
+
+def test_the_pipeline_diagram_has_every_step_and_text_readable_on_a_phone() -> None:
+    """Its smallest text, once the site's SVG (``bbox_inches="tight"``, 0.1 inch of padding) is shown
+    342 px wide in a 390 px phone's column, is at least 9 px (issue 44; tests/test_site.py measures it)."""
+    with matplotlib.rc_context():
+        style.apply()
+        figure = training_pipeline_diagram().figure
+        figure.canvas.draw()
+    texts = [t for t in figure.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
+    titles = {t.get_text() for t in texts}
+    assert {"text", "tokens", "ids", "batches", "forward", "loss", "backward", "clip", "step", "checkpoint"} <= titles
+    width_pt = (figure.get_tightbbox(figure.canvas.get_renderer()).width + 0.2) * 72
+    assert min(t.get_fontsize() for t in texts) * 342 / width_pt >= 9

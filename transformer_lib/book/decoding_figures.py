@@ -22,8 +22,8 @@ from .figures import _EDGE, _FAINT, _INK, _LINE, _arrow, _box_style, _check_labe
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["ATTENTION_KINDS", "DECODING_LOOP_WIDTH_INCHES", "attention_explorer", "decoding_loop_diagram",
-           "translation_teaser"]
+__all__ = ["ATTENTION_KINDS", "DECODING_LOOP_WIDTH_INCHES", "TEASER_WIDTH_INCHES", "attention_explorer",
+           "decoding_loop_diagram", "translation_teaser"]
 
 # --- The attention explorer --------------------------------------------------------------------------
 
@@ -125,6 +125,9 @@ def _explorer_cells(chart: alt.Chart, labels: str) -> alt.Chart:
 
 # --- The introduction's teaser: a trained model's translation and where it looked -----------------
 
+TEASER_WIDTH_INCHES = 4.3
+"""The teaser's width: its text (9 points, the book's smallest) over 9 px high on a 390 px phone."""
+
 
 def translation_teaser(index: int = 18, ax: Axes | None = None) -> Axes:
     """One test sentence as the book's trained model translated it, with its cross-attention.
@@ -136,8 +139,10 @@ def translation_teaser(index: int = 18, ax: Axes | None = None) -> Axes:
 
     Args:
         index: the test sentence (one of the six the artifacts hold attention for).
-        ax: where to draw (default: a new figure ``DECODING_LOOP_WIDTH_INCHES`` wide).
+        ax: where to draw (default: a new figure ``TEASER_WIDTH_INCHES`` wide).
     """
+    import textwrap
+
     import matplotlib.pyplot as plt
 
     from .artifacts import load_artifacts
@@ -152,7 +157,7 @@ def translation_teaser(index: int = 18, ax: Axes | None = None) -> Axes:
     weights = np.asarray(entry["decoder_cross"], dtype=float)[-1].mean(0)  # (T, S): last layer, mean of heads
     rows, cols = readable_tokens(entry["output_tokens"]), readable_tokens(entry["source_tokens"])
     if ax is None:
-        _, ax = plt.subplots(figsize=(DECODING_LOOP_WIDTH_INCHES, 0.36 * len(rows) + 2.3), layout="constrained")
+        _, ax = plt.subplots(figsize=(TEASER_WIDTH_INCHES, 0.3 * len(rows) + 2.4), layout="constrained")
     ax.imshow(weights, cmap="Blues", vmin=0, vmax=1)
     ax.set_xticks(range(len(cols)), cols, rotation=45, ha="left", rotation_mode="anchor")
     ax.set_yticks(range(len(rows)), rows)
@@ -160,39 +165,50 @@ def translation_teaser(index: int = 18, ax: Axes | None = None) -> Axes:
     ax.set_xlabel("German source (keys)")
     ax.set_ylabel("English output (queries)")
     ax.xaxis.set_label_position("top")
-    ax.set_title(f"{entry['source']}\n→ {entry['translation']}", fontsize=10, y=-0.02 - 0.5 / len(rows), va="top")
+    # each sentence in lines of about equal length, none wider than the drawing is for a phone
+    def lines(text: str) -> list[str]:
+        return textwrap.wrap(text, min(44, max(len(text) // 2 + 8, 30)))
+
+    title = "\n".join(lines(entry["source"]) + lines(f"→ {entry['translation']}"))
+    ax.set_title(title, fontsize=_FONT + 0.7, y=-0.02 - 0.5 / len(rows), va="top")
     return ax
 
 
 # --- The decoding loop -------------------------------------------------------------------------------
 
-DECODING_LOOP_WIDTH_INCHES = 5.4
-"""The figure's width: 540 px at matplotlib's 100 dpi, so a 390 px phone shrinks it by a third only."""
+DECODING_LOOP_WIDTH_INCHES = 4.4
+"""The figure's width. Drawn for a phone's column, as the architecture map is: shown 342 px wide on a
+390 px phone, its smallest text (``_FONT`` points) is over 9 px high."""
+_FONT = 8.8
 
-# x of the two columns' centres and their box widths: the encoder and the caches on the left, one
-# decoding step on the right; rows go downwards, in the order a step runs.
-_LEFT, _LEFT_WIDTH = 2.0, 3.72
-_RIGHT, _RIGHT_WIDTH = 6.95, 4.45
-_HEIGHT = 0.66
-_LOOP_X = 9.72  # where the "next step" arrow climbs back to the top
+# Geometry, in inches from the top left (y grows downwards; drawn negated). Two columns: the encoder
+# and the caches on the left, one decoding step on the right; rows go downwards, in the order a step
+# runs. Every line of text fits its column at _FONT.
+_LEFT, _LEFT_WIDTH = 0.895, 1.55
+_RIGHT, _RIGHT_WIDTH = 3.17, 1.9
+_LINE_HEIGHT, _PAD = 0.165, 0.085  # a line of text; the room above and below it in a box
+_LOOP_X = 4.38  # where the "next step" arrow climbs back to the top
+_MEMORY_X = 0.04  # where the memory goes down the left margin
 
-# The decoding step, top to bottom: (y, text, lit)
+# The decoding step, top to bottom: (y of the box's centre, text, lit)
 _STEP = [
-    (11.55, "output so far: <bos> y₁ … yₜ₋₁", False),
-    (10.4, "embed the newest token yₜ₋₁ only,\nat position t − 1 (= cache.length)", True),
-    (8.7, "masked self-attention", False),
-    (7.0, "cross-attention", False),
-    (5.85, "feed-forward", False),
-    (4.55, "linear + softmax: p(yₜ | y<ₜ, x)", False),
-    (3.45, "pick yₜ: greedy, beam or sample", False),
-    (2.35, "append yₜ to the output", False),
-    (1.25, "yₜ = <eos> (every sentence)?", False),
+    (0.55, "output so far:\n<bos> y₁ … yₜ₋₁", False),
+    (1.3, "embed the newest token\nyₜ₋₁ only, at position\nt − 1 (= cache.length)", True),
+    (2.45, "masked self-attention", False),
+    (3.46, "cross-attention", False),
+    (4.02, "feed-forward", False),
+    (4.7, "linear + softmax:\np(yₜ | y<ₜ, x)", False),
+    (5.36, "pick yₜ: greedy,\nbeam or sample", False),
+    (5.94, "append yₜ to the output", False),
+    (6.52, "yₜ = <eos> (every\nsentence)?", False),
 ]
 # The caches beside the attention they serve: (y, text)
 _CACHES = [
-    (8.7, "self-attention cache:\nkeys, values of steps 1 … t\n(one more each step)"),
-    (7.0, "cross-attention cache:\nkeys, values of the memory\n(made at step 1, reused)"),
+    (_STEP[2][0], "self-attention\ncache: keys, values\nof steps 1 … t\n(one more each step)"),
+    (_STEP[3][0], "cross-attention\ncache: keys, values\nof the memory (made\nat step 1, reused)"),
 ]
+_FRAME = (1.9, 4.3)  # top and bottom of the dashed decoder-layer frame
+_BOTTOM = 7.05
 
 
 def decoding_loop_diagram(ax: Axes | None = None) -> Axes:
@@ -202,7 +218,8 @@ def decoding_loop_diagram(ax: Axes | None = None) -> Axes:
     every layer's self-attention appends that token's key and value to its cache and attends over
     all of them; cross-attention reads keys and values of the memory computed at the first step.
     The logits give the next token (greedy, beam search or sampling picks it), which is appended,
-    until every sentence has written ``<eos>``. The caches are lit.
+    until every sentence has written ``<eos>``. The caches are lit. Drawn for a phone's column
+    (``DECODING_LOOP_WIDTH_INCHES`` wide, text of ``_FONT`` points).
 
     Args:
         ax: where to draw (default: a new figure ``DECODING_LOOP_WIDTH_INCHES`` wide).
@@ -213,33 +230,34 @@ def decoding_loop_diagram(ax: Axes | None = None) -> Axes:
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(DECODING_LOOP_WIDTH_INCHES, 6.3), layout="constrained")
+        _, ax = plt.subplots(figsize=(DECODING_LOOP_WIDTH_INCHES, _BOTTOM + 0.1), layout="constrained")
     _draw_decoder_layer_frame(ax)
     _draw_step(ax)
     _draw_encoder_and_caches(ax)
     _draw_loop(ax)
-    ax.set_xlim(-0.3, 10)
-    ax.set_ylim(0.2, 12.8)
+    ax.set_xlim(0, DECODING_LOOP_WIDTH_INCHES + 0.05)
+    ax.set_ylim(-_BOTTOM, 0.05)
     ax.axis("off")
     return ax
 
 
 def _box(ax: Axes, x: float, y: float, width: float, height: float, text: str, lit: bool, **text_kw: Any) -> None:
+    """A box centred at (x, y) (y downwards) with its text."""
     from matplotlib.patches import FancyBboxPatch
 
-    ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
-                                boxstyle="round,pad=0.02,rounding_size=0.12", **_box_style(lit)))
-    ax.text(x, y, text, ha="center", va="center", fontsize=9, color=_INK, linespacing=1.25, **text_kw)
+    ax.add_patch(FancyBboxPatch((x - width / 2, -(y + height / 2)), width, height,
+                                boxstyle="round,pad=0.0,rounding_size=0.07", **_box_style(lit)))
+    ax.text(x, -y, text, ha="center", va="center", fontsize=_FONT, color=_INK, linespacing=1.2, **text_kw)
 
 
 def _height(text: str) -> float:
-    return _HEIGHT + 0.36 * text.count("\n")
+    return 2 * _PAD + _LINE_HEIGHT * (text.count("\n") + 1)
 
 
 def _draw_step(ax: Axes) -> None:
     """One decoding step, top to bottom, with an arrow from each box to the next."""
     for (y0, text0, _), (y1, text1, _) in zip(_STEP, _STEP[1:]):
-        _arrow(ax, [(_RIGHT, y0 - _height(text0) / 2 - 0.02), (_RIGHT, y1 + _height(text1) / 2 + 0.02)])
+        _arrow(ax, [(_RIGHT, -(y0 + _height(text0) / 2 + 0.01)), (_RIGHT, -(y1 - _height(text1) / 2 - 0.01))])
     for y, text, lit in _STEP:
         _box(ax, _RIGHT, y, _RIGHT_WIDTH, _height(text), text, lit)
 
@@ -247,40 +265,44 @@ def _draw_step(ax: Axes) -> None:
 def _draw_decoder_layer_frame(ax: Axes) -> None:
     from matplotlib.patches import FancyBboxPatch
 
-    left, bottom, top = _RIGHT - _RIGHT_WIDTH / 2 - 0.15, 5.25, 9.6
-    ax.add_patch(FancyBboxPatch((left, bottom), _RIGHT_WIDTH + 0.3, top - bottom, facecolor="none",
-                                boxstyle="round,pad=0.02,rounding_size=0.2", edgecolor=_FAINT, linestyle="--"))
-    ax.text(left + 0.1, top - 0.08, "decoder layer × N", ha="left", va="top", fontsize=8, color=_LINE)
+    left, (top, bottom) = _RIGHT - _RIGHT_WIDTH / 2 - 0.04, _FRAME
+    ax.add_patch(FancyBboxPatch((left, -bottom), _RIGHT_WIDTH + 0.08, bottom - top, facecolor="none",
+                                boxstyle="round,pad=0.0,rounding_size=0.1", edgecolor=_FAINT, linestyle="--"))
+    ax.text(left + 0.06, -(top + 0.05), "decoder layer × N", ha="left", va="top", fontsize=_FONT, color=_LINE)
 
 
 def _draw_encoder_and_caches(ax: Axes) -> None:
     """Source -> encoder (once) -> memory, down the left margin into the cross-attention cache."""
-    ax.text(_LEFT, 12.55, "source tokens x", ha="center", va="center", fontsize=9, color=_INK)
-    _arrow(ax, [(_LEFT, 12.3), (_LEFT, 11.55 + _HEIGHT / 2 + 0.02)])
-    _box(ax, _LEFT, 11.55, _LEFT_WIDTH, _HEIGHT, "encoder: run once", False)
-    ax.text(_LEFT + 0.1, 10.6, "memory (B, S, D)", ha="left", va="center", fontsize=8.5, color=_LINE)
-    _arrow(ax, [(_LEFT, 11.55 - _HEIGHT / 2 - 0.02), (_LEFT, 10.6), (-0.12, 10.6), (-0.12, 7.0),
-                (_LEFT - _LEFT_WIDTH / 2 - 0.02, 7.0)])
-    edge = _RIGHT - _RIGHT_WIDTH / 2
+    encoder = _STEP[0][0]
+    ax.text(_LEFT, -0.08, "source tokens x", ha="center", va="center", fontsize=_FONT, color=_INK)
+    encoder_height = _height("encoder: run once")
+    _arrow(ax, [(_LEFT, -0.2), (_LEFT, -(encoder - encoder_height / 2 - 0.01))])
+    _box(ax, _LEFT, encoder, _LEFT_WIDTH, encoder_height, "encoder: run once", False)
+    memory = encoder + encoder_height / 2 + 0.3
+    ax.text(_LEFT + 0.06, -memory, "memory (B, S, D)", ha="left", va="center", fontsize=_FONT, color=_LINE)
+    y_self, y_cross = _CACHES[0][0], _CACHES[1][0]
+    _arrow(ax, [(_LEFT, -(encoder + encoder_height / 2 + 0.01)), (_LEFT, -memory), (_MEMORY_X, -memory),
+                (_MEMORY_X, -y_cross), (_LEFT - _LEFT_WIDTH / 2 - 0.01, -y_cross)])
     for y, text in _CACHES:
         _box(ax, _LEFT, y, _LEFT_WIDTH, _height(text), text, True)
     # self-attention: the new key and value go into the cache, every cached one comes back
-    cache_edge, y_self, y_cross = _LEFT + _LEFT_WIDTH / 2 + 0.02, _CACHES[0][0], _CACHES[1][0]
-    for y, start, end, label, va in [(y_self + 0.2, edge, cache_edge, "append", "bottom"),
-                                     (y_self - 0.2, cache_edge, edge, "read", "top"),
+    edge, cache_edge = _RIGHT - _RIGHT_WIDTH / 2, _LEFT + _LEFT_WIDTH / 2 + 0.01
+    for y, start, end, label, va in [(y_self - 0.08, edge, cache_edge, "append", "bottom"),
+                                     (y_self + 0.08, cache_edge, edge, "read", "top"),
                                      (y_cross, cache_edge, edge, "read", "top")]:
-        ax.annotate("", xy=(end - 0.02 if end == edge else end, y), xytext=(start, y),
+        ax.annotate("", xy=(end - 0.01 if end == edge else end, -y), xytext=(start, -y),
                     arrowprops=dict(arrowstyle="->", color=_EDGE, lw=1.1))
-        ax.text((edge + cache_edge) / 2, y + (0.06 if va == "bottom" else -0.06), label, ha="center", va=va,
-                fontsize=7.5, color=_LINE)
+        ax.text((edge + cache_edge) / 2 - 0.02, -y + (0.04 if va == "bottom" else -0.04), label, ha="center", va=va,
+                fontsize=_FONT, color=_LINE)
 
 
 def _draw_loop(ax: Axes) -> None:
     """No: back to the top for the next step; yes: done."""
-    y_eos, y_top = _STEP[-1][0], _STEP[0][0]
+    (y_eos, eos_text, _), (y_top, _, _) = _STEP[-1], _STEP[0]
     right = _RIGHT + _RIGHT_WIDTH / 2
-    _arrow(ax, [(right + 0.02, y_eos), (_LOOP_X, y_eos), (_LOOP_X, y_top), (right + 0.02, y_top)])
-    ax.text(_LOOP_X - 0.1, (y_eos + y_top) / 2, "no: next step, t + 1", rotation=90, ha="right", va="center",
-            fontsize=8.5, color=_LINE)
-    _arrow(ax, [(_RIGHT, y_eos - _HEIGHT / 2 - 0.02), (_RIGHT, 0.45)])
-    ax.text(_RIGHT - 0.15, 0.45, "yes: done", ha="right", va="center", fontsize=8.5, color=_INK)
+    _arrow(ax, [(right + 0.01, -y_eos), (_LOOP_X, -y_eos), (_LOOP_X, -y_top), (right + 0.01, -y_top)])
+    ax.text(_LOOP_X - 0.05, -(y_eos + y_top) / 2, "no: next step, t + 1", rotation=90, ha="right", va="center",
+            fontsize=_FONT, color=_LINE)
+    done = _BOTTOM - 0.1
+    _arrow(ax, [(_RIGHT, -(y_eos + _height(eos_text) / 2 + 0.01)), (_RIGHT, -done)])
+    ax.text(_RIGHT - 0.1, -done, "yes: done", ha="right", va="center", fontsize=_FONT, color=_INK)

@@ -27,23 +27,26 @@ __all__ = ["LiveLossPlot", "PIPELINE_WIDTH_INCHES", "label_smoothing_chart", "le
 
 # --- The pipeline: from text to batches, from batches to updates -------------------------------------
 
-PIPELINE_WIDTH_INCHES = 5.4
-"""The diagram's width: 540 px at matplotlib's 100 dpi, so a 390 px phone shrinks it by a third only."""
+PIPELINE_WIDTH_INCHES = 4.4
+"""The diagram's width. Drawn for a phone's column, as the architecture map is: shown 342 px wide on a
+390 px phone, its smallest text (``_PIPELINE_FONT`` points) is over 9 px high."""
+_PIPELINE_FONT = 8.8
 
 # (title, what does it, lit): the data side (left column, top down) and one update (right column).
+# Each line of a box's text fits its column at _PIPELINE_FONT.
 _DATA_STEPS = [
-    ("text", "German and English captions", False),
-    ("tokens", "a tokenizer: spaCy words or BPE", False),
+    ("text", "German and English\ncaptions", False),
+    ("tokens", "a tokenizer: spaCy\nwords or BPE", False),
     ("ids", "Vocab", False),
-    ("batches", "BucketBatchSampler + collate:\nBatch(src, tgt_in, tgt_out)", True),
+    ("batches", "BucketBatchSampler\n+ collate: Batch(src,\ntgt_in, tgt_out)", True),
 ]
 _UPDATE_STEPS = [
-    ("forward", "Transformer(src, tgt_in): logits", False),
-    ("loss", "label-smoothed cross-entropy\nagainst tgt_out", True),
+    ("forward", "Transformer(src,\ntgt_in): logits", False),
+    ("loss", "label-smoothed cross-\nentropy against tgt_out", True),
     ("backward", "gradients of the loss", False),
-    ("clip", "gradients rescaled to a global norm", True),
-    ("step", "AdamW; the learning-rate schedule", True),
-    ("checkpoint", "every few steps, written atomically", True),
+    ("clip", "gradients rescaled to\na global norm", True),
+    ("step", "AdamW; the learning-\nrate schedule", True),
+    ("checkpoint", "every few steps,\nwritten atomically", True),
 ]
 
 
@@ -51,41 +54,60 @@ def training_pipeline_diagram(ax: Any = None) -> Any:
     """Chapter 5's pipeline: text becomes batches (left), and each batch one update (right), in a loop.
 
     The pieces the chapter builds are lit; each box says which library piece does the step
-    (``transformer_lib.prepared`` and ``batching`` on the left, ``training`` on the right).
+    (``transformer_lib.prepared`` and ``batching`` on the left, ``training`` on the right). Drawn
+    for a phone's column (``PIPELINE_WIDTH_INCHES`` wide, text of ``_PIPELINE_FONT`` points or more).
 
     Args:
         ax: where to draw (default: a new figure ``PIPELINE_WIDTH_INCHES`` wide).
 
     Returns:
-        The matplotlib ``Axes``.
+        The matplotlib ``Axes``; its coordinates are inches from the top left (y grows downwards,
+        drawn negated).
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch
 
+    width, line, gap, pad = 1.86, 0.165, 0.2, 0.1  # inches: box width, a line of text, between boxes
+    centres = {0: 0.98, 1: 3.12}
+    loop_x = centres[1] + width / 2 + 0.2
+
+    def height(what: str) -> float:  # the title's line and the text's lines, with padding
+        return pad * 2 + line * 1.25 + line * (what.count("\n") + 1)
+
+    columns = [(centres[0], _DATA_STEPS, "text to batches"), (centres[1], _UPDATE_STEPS, "one update per batch")]
+    total = max(sum(height(w) + gap for _, w, _ in steps) for _, steps, _ in columns) + 0.35
     if ax is None:
-        _, ax = plt.subplots(figsize=(PIPELINE_WIDTH_INCHES, 5.6), layout="constrained")
-    columns = {0: (2.35, _DATA_STEPS, "text to batches"), 1: (7.45, _UPDATE_STEPS, "one update per batch")}
-    width, height, gap = 4.3, 0.95, 1.35
-    for x, steps, heading in columns.values():
-        ax.text(x, 8.35, heading, ha="center", va="center", fontsize=9.5, color=_LINE, style="italic")
-        for k, (title, what, lit) in enumerate(steps):
-            y = 7.6 - k * gap
-            ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
-                                        boxstyle="round,pad=0.02,rounding_size=0.12", **_box_style(lit)))
-            ax.text(x, y + 0.22, title, ha="center", va="center", fontsize=9.5, color=_INK, weight="bold")
-            ax.text(x, y - 0.18, what, ha="center", va="center", fontsize=7.5, color=_INK, linespacing=1.1)
-            if k:
-                _arrow(ax, [(x, y + gap - height / 2 - 0.02), (x, y + height / 2 + 0.02)])
-    left, right = columns[0][0], columns[1][0]
-    bottom_left = 7.6 - (len(_DATA_STEPS) - 1) * gap
+        _, ax = plt.subplots(figsize=(PIPELINE_WIDTH_INCHES, total), layout="constrained")
+    boxes: dict[int, list[tuple[float, float]]] = {}  # column -> (top, bottom) of each box
+    for column, (x, steps, heading) in enumerate(columns):
+        ax.text(x, -0.12, heading, ha="center", va="center", fontsize=_PIPELINE_FONT + 0.5, color=_LINE,
+                style="italic")
+        top = 0.32
+        for title, what, lit in steps:
+            h = height(what)
+            ax.add_patch(FancyBboxPatch((x - width / 2, -(top + h)), width, h,
+                                        boxstyle="round,pad=0.0,rounding_size=0.08", **_box_style(lit)))
+            ax.text(x, -(top + pad + line * 0.55), title, ha="center", va="center", fontsize=_PIPELINE_FONT + 0.7,
+                    color=_INK, weight="bold")
+            ax.text(x, -(top + pad + line * 1.25), what, ha="center", va="top", fontsize=_PIPELINE_FONT,
+                    color=_INK, linespacing=1.15)
+            boxes.setdefault(column, []).append((top, top + h))
+            top += h + gap
+        for (_, above), (below, _) in zip(boxes[column], boxes[column][1:]):
+            _arrow(ax, [(x, -(above + 0.01)), (x, -(below - 0.01))])
     # the batches feed the forward pass; after the step, the next batch
-    _arrow(ax, [(left + width / 2 + 0.02, bottom_left), (4.9, bottom_left), (4.9, 7.6),
-                (right - width / 2 - 0.02, 7.6)])
-    step_y = 7.6 - 4 * gap
-    _arrow(ax, [(right + width / 2 + 0.02, step_y), (9.95, step_y), (9.95, 7.6), (right + width / 2 + 0.02, 7.6)])
-    ax.text(10.05, (step_y + 7.6) / 2, "next\nbatch", ha="left", va="center", fontsize=7.5, color=_LINE)
-    ax.set_xlim(0, 10.9)
-    ax.set_ylim(7.6 - (len(_UPDATE_STEPS) - 1) * gap - 0.7, 8.7)
+    batches = sum(boxes[0][-1]) / 2
+    forward = sum(boxes[1][0]) / 2
+    middle = (centres[0] + width / 2 + centres[1] - width / 2) / 2
+    _arrow(ax, [(centres[0] + width / 2 + 0.01, -batches), (middle, -batches), (middle, -forward),
+                (centres[1] - width / 2 - 0.01, -forward)])
+    step = sum(boxes[1][4]) / 2
+    right = centres[1] + width / 2
+    _arrow(ax, [(right + 0.01, -step), (loop_x, -step), (loop_x, -forward), (right + 0.01, -forward)])
+    ax.text(loop_x + 0.06, -(step + forward) / 2, "next batch", rotation=90, ha="left", va="center",
+            fontsize=_PIPELINE_FONT, color=_LINE)
+    ax.set_xlim(0, PIPELINE_WIDTH_INCHES)
+    ax.set_ylim(-total, 0.05)
     ax.axis("off")
     return ax
 
