@@ -922,3 +922,92 @@ def test_chapter_7_pitfalls_fail_one_check_on_the_smallest_input_that_shows_it(
     assert report.failed_checks == [check], str(report)
     assert report.failures[0].example.startswith(smallest) and report.failures[0].expected != report.failures[0].got
     assert max(len(line) for line in str(report).splitlines()) <= 80
+
+
+# --- The capstone: the reader's pieces in one model -----------------------------------------------
+
+from transformer_lib.batching import collate  # noqa: E402
+from transformer_lib.book.graders import capstone  # noqa: E402
+from transformer_lib.config import TransformerConfig  # noqa: E402
+from transformer_lib.losses import TranslationLoss  # noqa: E402
+from transformer_lib.model import Transformer  # noqa: E402
+from transformer_lib.toy_tasks import toy_task, toy_vocab  # noqa: E402
+from transformer_lib.vocab import SPECIALS  # noqa: E402
+
+INDEPENDENT_PIECES = dict(attention=where_attention, padding_mask=lambda t, p: (t != p)[:, None, None, :],
+                          positional_table=numpy_table, residual=PreLN, loss=explicit_smoothed_loss,
+                          greedy_decode=cached_greedy)
+
+
+def _capstone_config() -> TransformerConfig:
+    vocab = toy_vocab(6)
+    return TransformerConfig.from_preset("tiny", src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), dropout=0.0,
+                                         pad_id=vocab.pad_id)
+
+
+def test_choose_pieces_keeps_the_answers_that_pass_and_says_whose_each_piece_is() -> None:
+    mine = capstone.choose_pieces(**INDEPENDENT_PIECES)
+    assert mine.yours == set(capstone.PIECES) and all(r.passed for r in mine.reports.values())
+    assert all(used.startswith("yours: all") for used in mine.table()["used"])
+    mixed = capstone.choose_pieces(attention=pitfalls.attention_without_scaling, padding_mask=not_written,
+                                   positional_table=numpy_table)
+    assert mixed.yours == {"positional_table"} and mixed.attention is capstone.PIECES["attention"].library
+    used = dict(zip(mixed.table()["piece"], mixed.table()["used"]))
+    assert used["attention, with a mask"] == "the library's: yours fails no_scaling"
+    assert used["the padding mask"] == "the library's: yours is not written yet"
+    assert used["the label-smoothed loss"] == "the library's: no answer given"
+    with pytest.raises(ValueError, match="no piece called attn"):
+        capstone.choose_pieces(attn=where_attention)
+
+
+def test_with_the_librarys_pieces_the_capstone_model_is_the_librarys() -> None:
+    config = _capstone_config()
+    assembled = capstone.assemble(config, capstone.choose_pieces())
+    torch.manual_seed(0)
+    library = Transformer(config)
+    assert assembled.state_dict().keys() == library.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(assembled.state_dict().values(), library.state_dict().values()))
+    src, tgt = torch.randint(4, 10, (3, 5)), torch.randint(4, 10, (3, 4))
+    pieces = capstone.choose_pieces()
+    batch = collate([(s.tolist(), t.tolist()) for s, t in zip(src, tgt)], config.pad_id)
+    summed, count = capstone.PiecesLoss(pieces, 0.1, config.pad_id)(assembled, batch)
+    expected, n = TranslationLoss(0.1, config.pad_id)(library, batch)
+    assert count == n and torch.allclose(summed, expected, rtol=1e-5)
+
+
+def test_the_readers_pieces_compute_what_the_librarys_do() -> None:
+    """Every seam: the reader's attention, residual and table in the library's model give its outputs."""
+    config = _capstone_config()
+    mine = capstone.assemble(config, capstone.choose_pieces(**INDEPENDENT_PIECES)).eval()
+    library = capstone.assemble(config, capstone.choose_pieces()).eval()
+    assert isinstance(mine.decoder.layers[0].cross_attn, capstone.PiecesAttention)
+    assert isinstance(mine.encoder.layers[0].ff_residual, capstone.PiecesResidual)
+    # (the reader's residuals are new modules; their LayerNorms start as the library's: ones and zeros)
+    src, tgt = torch.randint(4, 10, (2, 6)), torch.randint(4, 10, (2, 5))
+    src[1, 4:] = config.pad_id
+    masks = (padding_mask(src, config.pad_id), target_mask(tgt, config.pad_id))
+    with torch.no_grad():
+        assert torch.allclose(mine(src, tgt, *masks), library(src, tgt, *masks), atol=1e-5)
+
+
+def _graded(model: Transformer, pieces: Any) -> GradeReport:
+    _, heldout = toy_task("reverse", 200, 60, n_symbols=6, longest=4)
+    vocab = toy_vocab(6)
+    return capstone.grade_transformer(model, pieces, heldout, pad_id=vocab.pad_id, bos_id=vocab.bos_id,
+                                      eos_id=vocab.eos_id, symbols=(len(SPECIALS), len(vocab) - 1))
+
+
+def test_an_untrained_model_passes_the_properties_and_falls_short_on_exact_match_with_an_example() -> None:
+    # greedy decoding: the library's, which never writes <bos> (an untrained model would; a trained one does not)
+    pieces = capstone.choose_pieces(**{**INDEPENDENT_PIECES, "greedy_decode": None})
+    report = _graded(capstone.assemble(_capstone_config(), pieces), pieces)
+    assert report.failed_checks == ["heldout_exact_match"] and len(report.passed_checks) == 3, str(report)
+    failure = report.failures[0]
+    assert failure.example.startswith("source [") and failure.expected != failure.got and "length 1:" in failure.message
+
+
+def test_a_model_without_masks_fails_causality_and_padding_invariance() -> None:
+    pieces = capstone.choose_pieces().replace(attention=pitfalls.attention_unassigned_masked_fill)
+    report = _graded(capstone.assemble(_capstone_config(), pieces), pieces)
+    assert {"causality", "padding_invariance"} <= set(report.failed_checks), str(report)
+    assert "Your Transformer (1 of 6 pieces yours)" in str(report).splitlines()[0]
