@@ -51,10 +51,20 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
+# Pages after the chapters: the library's map and API reference (issue 46).
+APPENDIX_PAGES = ["book/api"]
+
+
 def _toc_chapters(toc: dict) -> list[tuple[str, list[str]]]:
-    """``(chapter page, [section pages])`` in the order of ``_toc.yml``."""
+    """``(chapter page, [section pages])`` in the order of ``_toc.yml``, the appendix pages left out."""
     return [(entry["file"], [section["file"] for section in entry.get("sections", [])])
-            for entry in toc.get("chapters", [])]
+            for entry in toc.get("chapters", []) if entry["file"] not in APPENDIX_PAGES]
+
+
+def test_the_appendix_pages_come_after_the_chapters() -> None:
+    files = [entry["file"] for entry in TOC["chapters"]]
+    assert files[-len(APPENDIX_PAGES):] == APPENDIX_PAGES
+    assert all((ROOT / f"{page}.md").is_file() for page in APPENDIX_PAGES)
 
 
 def _ids(path: Path) -> str:
