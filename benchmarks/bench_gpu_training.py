@@ -61,7 +61,7 @@ from transformer_lib.config import TransformerConfig  # noqa: E402
 from transformer_lib.reference import TorchTransformer  # noqa: E402
 from transformer_lib.device import autocast_context  # noqa: E402
 from transformer_lib.losses import label_smoothed_cross_entropy  # noqa: E402
-from transformer_lib.trainer import make_optimizer  # noqa: E402
+from transformer_lib.schedules import make_optimizer  # noqa: E402
 
 # Multi30k with spaCy tokens and min_freq=2: 8,014 German and 6,191 English tokens (specials included).
 SRC_VOCAB, TGT_VOCAB = 8014, 6191

@@ -22,7 +22,7 @@ from errors import raises
 from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.beam_search import beam_search
 from transformer_lib.blocks import FeedForward, Residual
-from transformer_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from transformer_lib.checkpoint import CheckpointError, load_checkpoint, model_config_from_file, parameter_count, save_checkpoint
 from transformer_lib import pretrained
 from transformer_lib.cli import export, nbest, train, translate
 from transformer_lib.cli.common import DEBUG_ENV
@@ -541,7 +541,7 @@ def test_a_config_file_of_a_trillion_parameters_is_refused_before_it_is_built() 
     huge = dict(TransformerConfig.from_preset("tiny", **TINY).to_dict(), d_model=16_384, n_heads=16, d_ff=65_536,
                 n_encoder_layers=128, n_decoder_layers=128, src_vocab_size=1_000_000, tgt_vocab_size=1_000_000)
     with raises(ValueError, "994,", f"{FILE_PARAMETER_LIMIT:,}"):
-        TransformerConfig.from_dict(huge)
+        model_config_from_file(huge)
 
 
 def test_the_parameter_count_from_the_sizes_is_the_model_s() -> None:
@@ -550,7 +550,7 @@ def test_the_parameter_count_from_the_sizes_is_the_model_s() -> None:
                       {"norm": "rmsnorm", "activation": "swiglu", "qk_norm": True}, {"qk_norm": True, "n_kv_heads": 2},
                       {"activation": "swiglu", "norm_first": False}):
         config = TransformerConfig.from_preset("tiny", **TINY, **overrides)
-        assert config.parameter_count() == count_parameters(Transformer(config)), overrides
+        assert parameter_count(config) == count_parameters(Transformer(config)), overrides
 
 
 @pytest.fixture(scope="module")

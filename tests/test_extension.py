@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from transformer_lib.checkpoint import parameter_count
 from transformer_lib.cli import train
 from transformer_lib.cli.options import RunConfig, model_fields, parse_args, resolve
 from transformer_lib.config import TransformerConfig
@@ -61,7 +62,7 @@ def test_a_new_norm_is_taken_by_the_config_and_counted_exactly(registered: None,
     model = Transformer(config)
     assert any(isinstance(m, ScaleNorm) for m in model.modules())
     unique = {id(p): p.numel() for p in model.parameters()}  # a tied matrix counts once
-    assert config.parameter_count() == sum(unique.values())
+    assert parameter_count(config) == sum(unique.values())
     with pytest.raises(ValueError, match="scalenorm"):  # named in the choices once registered...
         TransformerConfig.from_preset("tiny", src_vocab_size=30, tgt_vocab_size=40, norm="batchnorm")
 
@@ -89,7 +90,7 @@ def test_training_takes_the_new_entries(registered: None, tmp_path: Path) -> Non
                           "--device", "cpu"])
     assert metrics["steps"] == 4
     assert metrics["model_config"]["norm"] == "scalenorm" and metrics["settings"]["schedule"] == "linear"
-    assert metrics["parameters"] == TransformerConfig.from_dict(metrics["model_config"]).parameter_count()
+    assert metrics["parameters"] == parameter_count(TransformerConfig.from_dict(metrics["model_config"]))
     rates = [entry["lr"] for entry in metrics["history"]["train"]]
     assert rates == pytest.approx([0.001, 0.002, 0.001, 0.0])  # warm-up over 2 updates, then down to 0 at update 4
 

@@ -7,7 +7,7 @@ import torch
 from errors import raises
 
 from transformer_lib.schedules import SCHEDULES, make_scheduler, noam_rate, warmup_cosine_rate
-from transformer_lib.trainer import make_optimizer
+from transformer_lib.schedules import make_optimizer
 
 # --- schedules -----------------------------------------------------------------------------------
 

@@ -18,7 +18,8 @@ from transformer_lib.losses import label_smoothed_cross_entropy
 from transformer_lib.schedules import warmup_cosine_rate
 from transformer_lib.tokenizers import SymbolTokenizer
 from transformer_lib.toy_tasks import toy_task, toy_vocab
-from transformer_lib.trainer import TrainConfig, Trainer, _torch_version, make_optimizer
+from transformer_lib.schedules import _torch_version, make_optimizer
+from transformer_lib.trainer import TrainConfig, Trainer
 
 # --- the training loop ---------------------------------------------------------------------------
 
@@ -296,7 +297,7 @@ def test_accumulated_micro_batches_make_the_update_of_one_batch_with_the_loss_pe
     loss_one, loss_parts = one.train_step(whole), parts.train_step(*micro)
     bound = 2 * 2 * 2 * 64 * U
     torch.testing.assert_close(loss_parts.float(), loss_one.float(), atol=bound * float(loss_one), rtol=0)
-    assert float(parts._window_loss.count) == float(one._window_loss.count) == 50
+    assert float(parts.state.window_loss.count) == float(one.state.window_loss.count) == 50
     grads = {name: p.grad for name, p in one.model.named_parameters()}
     for (name, p), q in zip(one.model.named_parameters(), parts.model.parameters()):
         # A key bias shifts every score of a query alike, which softmax ignores: its exact gradient is 0

@@ -32,6 +32,8 @@ README's table says what each holds and names its tests):
     schedules             AdamW and its lr schedules  chapter 5
     metrics               accuracy, evaluation        chapter 5
     checkpoint            checkpoint files            chapter 5
+    train_config          TrainConfig                 chapter 5
+    train_state           TrainState                  chapter 5
     trainer               the training loop           chapter 5, 7
     kv_cache              key/value cache             chapter 6
     decoding              greedy, sampling, prompts   chapter 6 (prompts: 7)

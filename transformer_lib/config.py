@@ -197,7 +197,8 @@ class TransformerConfig:
 
         Besides :meth:`__post_init__`'s checks, sizes must stay within :data:`FILE_CONFIG_LIMITS`: a
         file that passes ``torch.load(weights_only=True)`` can still ask for a billion positions or
-        a million layers, which would fill the memory or run for hours before failing.
+        a million layers, which would fill the memory or run for hours before failing. (The model as a
+        whole: :func:`transformer_lib.checkpoint.model_config_from_file`.)
         """
         if not isinstance(values, dict):
             raise ValueError(f"a model config is a dict, got {type(values).__name__}")
@@ -209,27 +210,7 @@ class TransformerConfig:
             value = values.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > limit:
                 raise ValueError(f"model config {name}={value} is more than this library accepts from a file ({limit})")
-        config = cls(**values)
-        total = config.parameter_count()  # from the sizes alone: nothing is built or allocated yet
-        if total > FILE_PARAMETER_LIMIT:
-            raise ValueError(
-                f"model config describes a model of {total:,} parameters, more than this library accepts "
-                f"from a file ({FILE_PARAMETER_LIMIT:,}); every size is within its limit, but together they "
-                "would fill the memory"
-            )
-        return config
-
-    def parameter_count(self) -> int:
-        """The parameters of the encoder-decoder :class:`~transformer_lib.model.Transformer` this config
-        describes (a tied or shared matrix counts once): the model built on PyTorch's ``meta`` device,
-        which has shapes but no storage, so it is exact for every norm, positional scheme and
-        feed-forward kind and allocates nothing."""
-        import torch  # noqa: PLC0415 (the config module itself needs no tensors)
-
-        from .model import Transformer, count_parameters  # noqa: PLC0415 (model imports this module)
-
-        with torch.device("meta"):
-            return count_parameters(Transformer(self))
+        return cls(**values)
 
 
 # Upper bounds on sizes read from a file (TransformerConfig.from_dict), far above every preset
@@ -240,7 +221,7 @@ FILE_CONFIG_LIMITS: MappingProxyType[str, int] = MappingProxyType({
     "n_encoder_layers": 128, "n_decoder_layers": 128, "d_ff": 65_536, "max_len": 65_536,
     "relative_max_distance": 65_536,
 })
-# Upper bound on a file's model as a whole (TransformerConfig.parameter_count): 1e9 float32 parameters
+# Upper bound on a file's model as a whole (checkpoint.model_config_from_file): 1e9 float32 parameters
 # are 4 GB, 16 GB with Adam's state. "big" has 213 million; sizes each within FILE_CONFIG_LIMITS can
 # still describe 1e12.
 FILE_PARAMETER_LIMIT = 1_000_000_000

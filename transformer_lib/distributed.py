@@ -1,7 +1,7 @@
 """Several processes (one per GPU, started by ``torchrun``): joining and leaving the process group.
 
 :func:`setup_distributed` joins the process group the launcher describes; the
-:class:`~transformer_lib.training.Trainer` wraps the model in ``DistributedDataParallel``, each
+:class:`~transformer_lib.trainer.Trainer` wraps the model in ``DistributedDataParallel`` (:func:`data_parallel`), each
 process trains on its slice of every batch (:class:`~transformer_lib.batching.BucketBatchSampler`
 with ``num_replicas``), and only process 0 writes files. The updates are those of one process on
 the whole batch, up to rounding.
@@ -9,13 +9,15 @@ the whole batch, up to rounding.
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistributedSetup", "setup_distributed", "teardown_distributed", "get_world_size", "get_rank", "wait_for_all"]
+__all__ = ["DistributedSetup", "setup_distributed", "teardown_distributed", "get_world_size", "get_rank", "wait_for_all",
+           "data_parallel"]
 
 @dataclass(frozen=True)
 class DistributedSetup:
@@ -108,3 +110,15 @@ def wait_for_all(device: torch.device) -> None:
         dist.barrier(device_ids=[device.index])
     else:
         dist.barrier()
+
+
+def data_parallel(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``model`` in ``DistributedDataParallel``, which averages the gradients over the processes during
+    the backward pass; creating it copies process 0's parameters to every process."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    # Our buffers (positional tables) are constants, the same on every process; by default DDP
+    # would send process 0's copy before every forward pass. (The option was renamed in PyTorch 2.13.)
+    renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffer_sync)

@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import CheckpointError, load_weights, read_json_fields, staged_path
+from .checkpoint import CheckpointError, load_weights, model_config_from_file, read_json_fields, staged_path
 from .config import TransformerConfig
 from .device import parse_device
 from .model import Transformer, upgrade_state_dict
@@ -261,7 +261,7 @@ def info(path: str | Path | None = None, sha256: str | None = None) -> Pretraine
         raise PretrainedError(f"{path} lacks the metadata field 'task' (it has {sorted(metadata)})")
     tuning = values["decoding"]
     try:
-        config = TransformerConfig.from_dict(values["model_config"])
+        config = model_config_from_file(values["model_config"])
         chosen = tuning["chosen"]
         decoding = {"beam_size": chosen["beam_size"], "length_penalty": chosen["length_penalty"]}
     except (KeyError, TypeError, ValueError) as error:

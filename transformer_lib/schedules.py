@@ -23,6 +23,7 @@ __all__ = [
     "WarmupCosineSchedule",
     "ConstantSchedule",
     "SCHEDULES",
+    "required_settings",
     "make_scheduler",
     "make_optimizer",
 ]
@@ -111,6 +112,12 @@ SCHEDULES: dict[str, type] = {
 }
 
 
+def required_settings(schedule: str) -> tuple[str, ...]:
+    """The settings ``SCHEDULES[schedule]`` cannot do without: its constructor's arguments without a default."""
+    parameters = inspect.signature(SCHEDULES[schedule]).parameters.values()
+    return tuple(p.name for p in parameters if p.default is p.empty)
+
+
 def make_scheduler(
     optimizer: torch.optim.Optimizer, schedule: str, **settings: float | int | None
 ) -> torch.optim.lr_scheduler.LambdaLR:
@@ -130,7 +137,7 @@ def make_scheduler(
         raise TypeError(f"unknown schedule setting(s) {unknown}; the schedules take {sorted(known)}")
     wanted = inspect.signature(SCHEDULES[schedule]).parameters
     given = {name: value for name, value in settings.items() if name in wanted and value is not None}
-    missing = [name for name, p in wanted.items() if p.default is p.empty and name not in given]
+    missing = [name for name in required_settings(schedule) if name not in given]
     if missing:
         raise ValueError(f"the {schedule} schedule needs {', '.join(missing)}")
     rule = SCHEDULES[schedule](**given)

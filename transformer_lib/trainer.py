@@ -3,8 +3,12 @@ exactly, and several processes. Every model of the book trains through it: the t
 (with :class:`~transformer_lib.losses.TranslationLoss`, the default), and chapter 7's language models
 (a loss passed in, :func:`transformer_lib.language_models.next_token_loss` say).
 
-It writes its state with :mod:`transformer_lib.checkpoint` and runs in several processes with
-:mod:`transformer_lib.distributed`; its learning rate comes from :data:`transformer_lib.schedules.SCHEDULES`.
+Its parts: the settings (:class:`~transformer_lib.train_config.TrainConfig`), where the run is
+(:class:`~transformer_lib.train_state.TrainState`: step, history, random state per process), and the
+loop here, whose :class:`Hook` s (logging, validation, checkpoints) run between updates and which stops
+when asked (:attr:`Trainer.stop_requested`, the interruption). It writes its state with
+:mod:`transformer_lib.checkpoint` and runs in several processes with :mod:`transformer_lib.distributed`;
+its learning rate comes from :data:`transformer_lib.schedules.SCHEDULES`.
 
 Shapes:
 
@@ -14,12 +18,12 @@ Shapes:
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +32,15 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .checkpoint import CHECKPOINT_FORMAT_VERSION, save_checkpoint, save_kept_weights
-from .device import AMP_MODES, autocast_context, default_device, needs_grad_scaler
-from .distributed import get_rank, get_world_size, wait_for_all
+from .device import autocast_context, default_device, needs_grad_scaler
+from .distributed import data_parallel, get_rank, get_world_size, wait_for_all
 from .losses import TranslationLoss
-from .metrics import RunningMean, evaluate
-from .schedules import SCHEDULES, _torch_version, make_optimizer, make_scheduler  # noqa: F401 - make_optimizer's home was here
-from .validation import check_choice, check_int, check_number
+from .metrics import evaluate
+from .schedules import make_optimizer, make_scheduler
+from .train_config import TrainConfig
+from .train_state import TrainState, restore_rng, rng_state
 
-__all__ = ["make_optimizer", "TrainConfig", "Trainer", "TrainingDiverged", "LossFn"]
+__all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "LossFn", "Hook"]
 
 # loss(model, batch) -> (the batch's summed loss, how many tokens it sums over)
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, "Tensor | int"]]
@@ -45,107 +50,9 @@ class TrainingDiverged(RuntimeError):
     """The loss, a gradient norm or a weight became NaN or infinite; nothing diverged was saved."""
 
 
-@dataclass
-class TrainConfig:
-    """How to train. Stored in every checkpoint (``"train_config"``).
-
-    Args:
-        epochs: passes over the training data (``None``: until ``max_steps``).
-        max_steps: stop after this many optimizer updates (``None``: after ``epochs``).
-        schedule: a name in :data:`~transformer_lib.schedules.SCHEDULES`: ``"noam"`` (paper),
-            ``"cosine"`` (warm-up + cosine) or ``"constant"``.
-        lr: peak learning rate. ``None`` with ``noam``: the paper's ``1 / sqrt(d_model * warmup)``.
-        warmup_steps: updates of linear warm-up; the rate peaks exactly here.
-        label_smoothing: :math:`\\varepsilon` of the training loss (paper: 0.1).
-        clip_norm: clip the gradients' global L2 norm to this (``None``: no clipping).
-        weight_decay: AdamW decay of matrices.
-        betas, adam_eps: AdamW's; the paper's (0.9, 0.98) and 1e-9.
-        amp: ``"auto"`` (bf16 autocast on a GPU with native bf16, fp16 with a gradient scaler on
-            older GPUs, float32 on CPU), ``"bf16"``, ``"fp16"`` or ``"off"``.
-        pad_id: the padding id of the targets (ignored by the loss).
-        eval_every: evaluate every this many updates (``None``: after each epoch).
-        checkpoint_every: also save every this many updates (``None``: at each evaluation).
-        target_exact_match: stop once validation exact match reaches this (e.g. ``1.0``).
-        log_every: record the average training loss every this many updates.
-        progress: show a tqdm progress bar (``TQDM_DISABLE=1`` hides it too).
-        compile: run the training forward pass through ``torch.compile`` (fewer, fused kernels on
-            a GPU; the first steps are slow while it compiles). Checkpoints hold the plain
-            module's weights either way.
-        keep_weights: also keep the model weights of the last this many checkpoints (files
-            ``weights/step_NNNNNNN.pt`` beside the checkpoint), for :func:`average_checkpoints`.
-        batches_per_update: gradient accumulation: this many batches of the loader (micro-batches)
-            make one optimizer update, its loss averaged over all their target tokens, so a batch
-            too large for the memory (the paper's 25,000 tokens) is trained on in parts.
-            ``max_steps``, ``warmup_steps`` and the other step counts count updates.
-    """
-
-    epochs: int | None = 10
-    max_steps: int | None = None
-    schedule: str = "noam"
-    lr: float | None = None
-    warmup_steps: int = 4000
-    label_smoothing: float = 0.1
-    clip_norm: float | None = 1.0
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.98)
-    adam_eps: float = 1e-9
-    amp: str = "auto"
-    pad_id: int = 0
-    eval_every: int | None = None
-    checkpoint_every: int | None = None
-    target_exact_match: float | None = None
-    log_every: int = 50
-    progress: bool = True
-    compile: bool = False
-    keep_weights: int = 0
-    batches_per_update: int = 1
-
-    def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)  # type: ignore[assignment]
-        if self.epochs is None and self.max_steps is None:
-            raise ValueError("set epochs or max_steps (or both): otherwise training never stops")
-        for name in ("epochs", "max_steps", "eval_every", "checkpoint_every"):
-            check_int(name, getattr(self, name), optional=True)
-        for name in ("warmup_steps", "log_every", "batches_per_update"):
-            check_int(name, getattr(self, name))
-        check_int("keep_weights", self.keep_weights, minimum=0)
-        check_number("lr", self.lr, 0, low_open=True, optional=True)
-        check_choice("schedule", self.schedule, SCHEDULES)
-        if self.schedule != "noam" and self.lr is None:
-            raise ValueError(f"the {self.schedule} schedule needs lr (its peak learning rate), got lr=None")
-        check_number("label_smoothing", self.label_smoothing, 0, 1)
-        check_number("clip_norm", self.clip_norm, 0, low_open=True, optional=True)
-        check_number("weight_decay", self.weight_decay, 0)
-        check_choice("amp", self.amp, AMP_MODES)
-        check_number("target_exact_match", self.target_exact_match, 0, 1, low_open=True, high_open=False, optional=True)
-
-    def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        values["betas"] = list(self.betas)
-        return values
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
-        """The config :meth:`to_dict` wrote; an unknown key is an error (a misspelled setting must not be dropped)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig field(s) {unknown}; the fields are {sorted(known)}")
-        return cls(**values)
-
-
 def _training_module(model: nn.Module, device: torch.device, world_size: int, compile: bool) -> nn.Module:
     """``model``, wrapped in ``DistributedDataParallel`` with several processes, and compiled if asked."""
-    module = model
-    if world_size > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        # Our buffers (positional tables) are constants, the same on every process; by default
-        # DDP would send process 0's copy before every forward pass. (The option was renamed
-        # in PyTorch 2.13.) Creating the wrapper copies process 0's parameters to every process.
-        renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-        no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
-        module = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffer_sync)
+    module = data_parallel(model, device) if world_size > 1 else model
     return torch.compile(module) if compile else module
 
 
@@ -161,6 +68,15 @@ def _groups(batches: Iterable[Any], size: int) -> Iterator[list[Any]]:
     iterator = iter(batches)  # consecutive lists of `size` batches, the last perhaps shorter
     while group := list(itertools.islice(iterator, size)):
         yield group
+
+
+@dataclass(frozen=True)
+class Hook:
+    """What the loop does between updates: ``action()`` after every ``every``-th update, or at each
+    epoch's end where ``every`` is ``None``."""
+
+    action: Callable[[], Any]
+    every: int | None
 
 
 class Trainer:
@@ -263,23 +179,23 @@ class Trainer:
         )
         # fp16 needs loss scaling; elsewhere the scaler is disabled and each of its calls passes through.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=needs_grad_scaler(self.device, config.amp))
-        self.step = 0  # optimizer updates done
-        self.epoch = 0  # epochs completed
-        self.batch_in_epoch = 0  # batches of the current epoch done
-        self.elapsed_s = 0.0  # training time so far, over all sessions
-        self.history: dict[str, list[dict[str, float]]] = {"train": [], "val": [], "epochs": []}
-        self.stopped_because = ""
+        self.state = TrainState(self.device)
         # Set (to a reason, e.g. "SIGINT") to stop after the current update, checkpoint and return:
-        # how a command line finishes the step it is in when the user presses Ctrl-C.
+        # how a command line finishes the step it is in when the user presses Ctrl-C (the interruption).
         self.stop_requested: str | None = None
         self._saved_at: tuple[int, int, int] | None = None
-        # The training loss per target token (over all processes) of the current logging window
-        # and of the current epoch: no GPU sync per step, and saved exactly in checkpoints.
-        self._window_loss = RunningMean(self.device)
-        self._epoch_loss = RunningMean(self.device)
-        self._window_start = time.perf_counter()
-        self._window_carried_s = 0.0  # seconds the current logging window ran before a resume
         self._all_finite = torch.ones((), dtype=torch.bool, device=self.device)
+        self._bar: Any = None
+        save_every = config.checkpoint_every or config.eval_every  # None: at each epoch's end
+        self.hooks = [Hook(self._log, config.log_every), Hook(self._validate, config.eval_every), Hook(self.save, save_every)]
+
+    # The run's position and records live in self.state (TrainState); read them here too.
+    step = property(attrgetter("state.step"))
+    epoch = property(attrgetter("state.epoch"))
+    batch_in_epoch = property(attrgetter("state.batch_in_epoch"))
+    elapsed_s = property(attrgetter("state.elapsed_s"))
+    history = property(attrgetter("state.history"))
+    stopped_because = property(attrgetter("state.stopped_because"))
 
     @property
     def is_main(self) -> bool:
@@ -314,9 +230,9 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
-        self.step += 1
-        self._window_loss.update(batch_loss, batch_tokens)
-        self._epoch_loss.update(batch_loss, batch_tokens)
+        self.state.step += 1
+        self.state.window_loss.update(batch_loss, batch_tokens)
+        self.state.epoch_loss.update(batch_loss, batch_tokens)
         return batch_loss
 
     def _forward(self, batch: Any) -> tuple[Tensor, Tensor | int]:
@@ -358,53 +274,52 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------------
 
     def fit(self) -> dict[str, list[dict[str, float]]]:
-        """Train until ``epochs``, ``max_steps`` or ``target_exact_match``; returns :attr:`history`.
+        """Train until ``epochs``, ``max_steps``, ``target_exact_match`` or :attr:`stop_requested`; returns
+        :attr:`history`. After each update, and at each epoch's end, the loop runs its :attr:`hooks`:
+        logging, validation, checkpoints.
 
         Called on a trainer restored with :meth:`load_state_dict`, it continues from there.
         """
         from tqdm import tqdm  # tqdm reads TQDM_DISABLE=1 (CI) for its default
 
-        config = self.config
-        bar_options = {} if config.progress and self.is_main else {"disable": True}
-        bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, **bar_options)
-        self._window_start, self._window_carried_s = time.perf_counter() - self._window_carried_s, 0.0  # a resumed window goes on
+        state, options = self.state, {} if self.config.progress and self.is_main else {"disable": True}
+        self._bar = tqdm(total=self.total_steps, initial=state.step, unit="step", dynamic_ncols=True, **options)
+        state.window_start, state.window_carried_s = time.perf_counter() - state.window_carried_s, 0.0  # a resumed window goes on
         try:
             while not self._should_stop():
-                sampler = getattr(self.train_loader, "batch_sampler", None)
-                if hasattr(sampler, "set_epoch"):
-                    sampler.set_epoch(self.epoch)
-                # Resuming mid-epoch: skip the batches this epoch already trained on.
-                batches = itertools.islice(iter(self.train_loader), self.batch_in_epoch, None)
-                for group in _groups(batches, config.batches_per_update):
-                    self.train_step(*group)
-                    self.batch_in_epoch += len(group)
-                    bar.update(1)
-                    if self.step % config.log_every == 0:
-                        record = self._log()
-                        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}")
-                    if config.eval_every is not None and self.step % config.eval_every == 0:
-                        self._validate()
-                    if (config.checkpoint_every is not None and self.step % config.checkpoint_every == 0) or (
-                        config.checkpoint_every is None and config.eval_every is not None and self.step % config.eval_every == 0
-                    ):
-                        self.save()
-                    # At an epoch's last batch, fall through to the epoch's end (validation, checkpoint).
-                    if self._should_stop() and self.batch_in_epoch < self.batches_per_epoch:
-                        break
-                else:  # the epoch ran to its end
-                    self._end_epoch()
-                    if config.eval_every is None:
-                        self._validate()
-                    if config.checkpoint_every is None and config.eval_every is None:
-                        self.save()
+                self._train_epoch()
             # The last, partial window (a signal's stop leaves it to the checkpoint: resumed, the same history)
-            if self._window_loss.updates and self.stop_requested is None:
+            if state.window_loss.updates and self.stop_requested is None:
                 self._log()
-            if self._saved_at != (self.step, len(self.history["train"]), len(self.history["val"])):
+            if self._saved_at != (state.step, len(state.history["train"]), len(state.history["val"])):
                 self.save()
         finally:
-            bar.close()
-        return self.history
+            self._bar.close()
+            self._bar = None
+        return state.history
+
+    def _train_epoch(self) -> None:
+        """The rest of the current epoch (all of it, unless resumed mid-epoch), or until the loop should stop."""
+        state = self.state
+        sampler = getattr(self.train_loader, "batch_sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(state.epoch)
+        # Resuming mid-epoch: skip the batches this epoch already trained on.
+        batches = itertools.islice(iter(self.train_loader), state.batch_in_epoch, None)
+        for group in _groups(batches, self.config.batches_per_update):
+            self.train_step(*group)
+            state.batch_in_epoch += len(group)
+            self._bar.update(1)
+            for hook in self.hooks:
+                if hook.every is not None and state.step % hook.every == 0:
+                    hook.action()
+            # At an epoch's last batch, fall through to the epoch's end (validation, checkpoint).
+            if self._should_stop() and state.batch_in_epoch < self.batches_per_epoch:
+                return
+        state.end_epoch()
+        for hook in self.hooks:
+            if hook.every is None:
+                hook.action()
 
     def _check_finite(self) -> None:
         """Raise :class:`TrainingDiverged` if a loss, a gradient norm or a weight is NaN or infinite.
@@ -424,112 +339,59 @@ class Trainer:
         )
 
     def _should_stop(self) -> bool:
+        state = self.state
         if self.stop_requested is not None:
-            self.stopped_because = f"stopped by {self.stop_requested} at step {self.step}"
+            state.stopped_because = f"stopped by {self.stop_requested} at step {state.step}"
             return True
-        if self.step >= self.total_steps:
-            self.stopped_because = self.stopped_because or f"reached {self.total_steps} steps"
+        if state.step >= self.total_steps:
+            state.stopped_because = state.stopped_because or f"reached {self.total_steps} steps"
             return True
         target = self.config.target_exact_match
-        if target is not None and self.history["val"] and self.history["val"][-1]["exact_match"] >= target:
-            self.stopped_because = f"validation exact match reached {target:.0%}"
+        if target is not None and state.history["val"] and state.history["val"][-1]["exact_match"] >= target:
+            state.stopped_because = f"validation exact match reached {target:.0%}"
             return True
         return False
 
-    def _elapsed_now(self) -> float:
-        """Training time so far: earlier sessions, plus this one up to now."""
-        return self.elapsed_s + (time.perf_counter() - self._window_start)
-
     def _log(self) -> dict[str, float]:
         self._check_finite()
-        now = time.perf_counter()
-        window_s = now - self._window_start
-        self.elapsed_s += window_s
-        tokens = float(self._window_loss.count)
-        record = {
-            "step": self.step,
-            "epoch": self.epoch + self.batch_in_epoch / self.batches_per_epoch,
-            "loss": self._window_loss.mean,
-            "lr": self.scheduler.lr_lambdas[0](self.step - 1),  # the rate of the last update
-            "tokens_per_s": tokens / window_s if window_s > 0 else float("nan"),
-            "elapsed_s": self.elapsed_s,
-        }
-        self._window_loss.reset()
-        self.history["train"].append(record)
+        record = self.state.log(self.scheduler.lr_lambdas[0](self.step - 1), self.batches_per_epoch)  # the last update's rate
         if self.on_log is not None:
             self.on_log(record)
-        self._window_start = time.perf_counter()
+        if self._bar is not None:
+            self._bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}")
         return record
-
-    def _end_epoch(self) -> None:
-        """Count the epoch as done, and record its average training loss."""
-        self.epoch += 1
-        self.batch_in_epoch = 0
-        self.history["epochs"].append({
-            "epoch": self.epoch,
-            "step": self.step,
-            "train_loss": self._epoch_loss.mean,
-            "train_tokens": int(self._epoch_loss.count),
-            "elapsed_s": self._elapsed_now(),
-        })
-        self._epoch_loss.reset()
 
     def _validate(self) -> None:
         if self.val_loader is None:
             return
         self._check_finite()
-        elapsed = self._elapsed_now()  # the time it took to train the model being evaluated
+        elapsed = self.state.elapsed_now()  # the time it took to train the model being evaluated
         metrics = evaluate(
             self.model, self.val_loader, device=self.device, pad_id=self.config.pad_id, amp=self.config.amp,
             all_reduce=self.world_size > 1,
         )
         if self.val_metrics is not None:
             metrics.update(self.val_metrics(self.model))
-        record = {"step": self.step, "epoch": self.epoch + self.batch_in_epoch / self.batches_per_epoch, "elapsed_s": elapsed, **metrics}
-        self.history["val"].append(record)
+        record = {"step": self.step, "epoch": self.state.position(self.batches_per_epoch), "elapsed_s": elapsed, **metrics}
+        self.state.history["val"].append(record)
         if self.on_eval is not None:
             self.on_eval(record)
 
     # -- state and checkpoints ------------------------------------------------------------------
-
-    def _rng_state(self) -> dict[str, Tensor]:
-        rng = {"torch": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            # Only this process's GPU: get_rng_state_all() would create a CUDA context on every
-            # GPU of the machine in every process.
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return rng
 
     def state_dict(self) -> dict[str, Any]:
         """The training state (everything but :attr:`metadata`), plain values and tensors only.
 
         With several processes every process must call it (it gathers their random states).
         """
-        rng: dict[str, Any] = self._rng_state()
-        if self.world_size > 1:
-            per_process: list[Any] = [None] * self.world_size
-            dist.all_gather_object(per_process, {k: v.cpu() for k, v in rng.items()})
-            rng = {**per_process[0], "processes": per_process}
         return {
             "model_state": self.model.state_dict(),
             "optimizer_state": self.optimizer.state_dict(),
             "scheduler_state": self.scheduler.state_dict(),
             "scaler_state": self.scaler.state_dict(),  # empty when disabled
             "train_config": self.config.to_dict(),
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch_in_epoch": self.batch_in_epoch,
-            "elapsed_s": self.elapsed_s,
-            "rng_state": rng,
-            "window": {
-                "loss": self._window_loss.total.cpu().clone(),
-                "tokens": int(self._window_loss.count),
-                "steps": self._window_loss.updates,
-                "seconds": (self._window_carried_s or time.perf_counter() - self._window_start) if self._window_loss.updates else 0.0,
-                "epoch_loss": self._epoch_loss.total.cpu().clone(),
-                "epoch_tokens": int(self._epoch_loss.count),
-            },
-            "metrics": {name: [dict(r) for r in records] for name, records in self.history.items()},
+            "rng_state": rng_state(self.device, self.world_size),
+            **self.state.to_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -545,33 +407,8 @@ class Trainer:
             group["lr"] = base_lr * rule(self.scheduler.last_epoch)
         if state.get("scaler_state") and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["scaler_state"])  # the loss scale it had found
-        self.step, self.epoch, self.batch_in_epoch = int(state["step"]), int(state["epoch"]), int(state["batch_in_epoch"])
-        self.elapsed_s = float(state.get("elapsed_s", 0.0))
-        metrics = state["metrics"]
-        self.history = {name: [dict(r) for r in metrics.get(name, [])] for name in ("train", "val", "epochs")}
-        window = state["window"]
-        self._window_loss.reset()
-        self._window_loss.update(torch.as_tensor(window["loss"]).to(self.device, torch.float64), float(window["tokens"]))
-        self._window_loss.updates, self._window_carried_s = int(window["steps"]), float(window.get("seconds", 0.0))
-        self._epoch_loss.reset()
-        self._epoch_loss.update(torch.as_tensor(window.get("epoch_loss", 0.0)).to(self.device, torch.float64), float(window.get("epoch_tokens", 0)))
-        self._restore_rng(state["rng_state"])
-        self.stopped_because = ""
-
-    def _restore_rng(self, rng: Mapping[str, Any]) -> None:
-        processes = rng.get("processes")
-        own = processes[self.rank] if processes is not None and len(processes) == self.world_size else rng
-        torch.set_rng_state(own["torch"].cpu())
-        cuda = own.get("cuda")
-        if cuda is not None and self.device.type == "cuda":
-            if isinstance(cuda, (list, tuple)):  # older checkpoints: every GPU's state
-                cuda = cuda[self.device.index or 0] if len(cuda) > (self.device.index or 0) else None
-            if cuda is not None:
-                torch.cuda.set_rng_state(cuda.cpu(), self.device)
-        if own is rng and self.rank > 0:
-            # Saved by a different number of processes: give this one its own dropout stream
-            # (deterministic, but not the stream it would have had).
-            torch.manual_seed(int(torch.randint(2**62, ())) + self.rank)
+        self.state.load(state)
+        restore_rng(state["rng_state"], self.device, self.rank, self.world_size)
 
     def checkpoint(self) -> dict[str, Any]:
         """The full checkpoint: format version, :attr:`metadata` and :meth:`state_dict`."""
