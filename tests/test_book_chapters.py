@@ -10,6 +10,7 @@ import pytest
 
 from transformer_lib.book.chapters import beyond, decoding, embeddings, masking, training
 from transformer_lib.book.experiment import PROFILE_ENV
+from transformer_lib.cli import train as train_cli
 from transformer_lib.cli.profiles import DEFAULTS
 
 
@@ -41,15 +42,17 @@ def test_the_reverse_task_is_the_trainers(profile: str, monkeypatch: pytest.Monk
     seen = {tuple(src) for src, _ in task.train}
     assert not any(tuple(src) in seen for src, _ in task.heldout), "held-out sequences never occur in training"
     assert all(list(tgt) == list(src)[::-1] for src, tgt in list(task.train)[:50])
+    if profile == "fast":  # the command line's own pairs, its short lengths repeated the same way
+        data = train_cli._toy_data(task.run_config())
+        assert data.splits["train"].src == task.train.src and data.splits["val"].src == task.heldout.src
 
 
 def test_one_held_out_source_per_length_shortest_first() -> None:
     sources = decoding.one_per_length()
     lengths = [len(s.split()) for s in sources]
     settings = DEFAULTS["toy"]["fast"]
-    # the shortest sequences all occur in training (there are only 10 of length 1), so no held-out one
-    assert lengths == sorted(set(lengths)) and lengths[-1] == settings["longest"]
-    assert settings["shortest"] <= lengths[0] <= 3
+    # every length is held out, the shortest too (5 of the 10 sequences of one digit: toy_task)
+    assert lengths == list(range(settings["shortest"], settings["longest"] + 1))
 
 
 @pytest.mark.parametrize(("profile", "layers", "steps"), [("fast", 2, 200), ("full", 4, 3000)])

@@ -347,7 +347,8 @@ def _refuse_other_data(run: _Run, description: dict[str, Any], path: Path) -> No
 
 def _toy_data(config: RunConfig) -> _Data:
     train, heldout = toy_task(config.task, config.n_train, config.n_heldout, n_symbols=config.n_symbols,  # type: ignore[arg-type]
-                              shortest=config.shortest, longest=config.longest, seed=config.seed)  # type: ignore[arg-type]
+                              shortest=config.shortest, longest=config.longest, seed=config.seed,  # type: ignore[arg-type]
+                              balance_lengths=True)  # the short lengths' few sequences repeated: see toy_task
     described = {name: getattr(config, name) for name in ("n_train", "n_heldout", "n_symbols", "shortest", "longest", "seed")}
     symbols = SymbolTokenizer(toy_vocab(config.n_symbols))  # type: ignore[arg-type]
     return _Data(symbols, symbols, {"train": train, "val": heldout}, {**described, "source_format": SOURCE_FORMAT})

@@ -27,7 +27,7 @@ __all__ = ["ReverseTask", "accumulation_gap", "batch_costs", "full_recipe_run",
 class ReverseTask:
     """The reverse task of the trainer's current profile: its ``settings`` (``DEFAULTS["toy"]``),
     its ``vocab`` (four specials, then the digits), and ``train`` and ``heldout`` pairs (no held-out
-    sequence occurs in training)."""
+    sequence occurs in training; every length is held out, as :func:`toy_task` says)."""
 
     settings: dict[str, Any]
     vocab: Vocab
@@ -49,10 +49,11 @@ class ReverseTask:
 
 
 def reverse_task() -> ReverseTask:
-    """The reverse task with the command-line trainer's settings (``--task reverse``, seed 0)."""
+    """The reverse task with the command-line trainer's settings (``--task reverse``, seed 0): its
+    training pairs balanced by length as the trainer's are (``balance_lengths``)."""
     s = DEFAULTS["toy"][current_profile()]
     train, heldout = toy_task("reverse", s["n_train"], s["n_heldout"], n_symbols=s["n_symbols"],
-                              shortest=s["shortest"], longest=s["longest"], seed=0)
+                              shortest=s["shortest"], longest=s["longest"], seed=0, balance_lengths=True)
     return ReverseTask(dict(s), toy_vocab(s["n_symbols"]), train, heldout)
 
 
