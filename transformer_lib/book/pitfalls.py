@@ -22,7 +22,7 @@ implementations, a blog walk-through); the docstrings say which bug was seen whe
                 batches_sorted_by_characters (padding_waste_by_sort_key)
     chapter 6   greedy_decode_recomputing_prefix
     chapter 7   rotary_in_halves, alibi_bias_with_formula_slopes (power_of_two_alibi_slopes),
-                sliding_window_one_too_wide, RMSNormSubtractingMean
+                greedy_continue_without_cache, sliding_window_one_too_wide, RMSNormSubtractingMean
 
 The attention functions take ``query (..., T, Dk)``, ``key (..., L, Dk)``, ``value (..., L, Dv)``
 and a boolean ``mask`` (``True`` = may attend) broadcastable to ``(..., T, L)``, and return
@@ -76,6 +76,7 @@ __all__ = [
     "rotary_in_halves",
     "power_of_two_alibi_slopes",
     "alibi_bias_with_formula_slopes",
+    "greedy_continue_without_cache",
     "sliding_window_one_too_wide",
     "RMSNormSubtractingMean",
 ]
@@ -581,3 +582,26 @@ class RMSNormSubtractingMean(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         centred = x - x.mean(dim=-1, keepdim=True)  # BUG: RMSNorm does not centre
         return centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+def greedy_continue_without_cache(model: nn.Module, prompt: Tensor, max_new_tokens: int, eos_id: int,
+                                  pad_id: int) -> Tensor:
+    """Greedy continuation of a prompt that feeds the model the whole sequence at every step.
+
+    nanoGPT's ``generate`` loops this way (it has no key/value cache). Its tokens are right (the new
+    ones only, pads after each row's ``<eos>``), but step ``t`` recomputes the prompt and the ``t - 1``
+    tokens before it in every layer.
+    """
+    model.eval()
+    tokens = prompt  # (B, P)
+    finished = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = next_token_logits(model, tokens, None)  # BUG: the whole sequence, every step
+            logits[:, pad_id] = float("-inf")
+            next_token = logits.argmax(dim=-1).masked_fill(finished, pad_id)  # (B,)
+            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+            finished |= next_token == eos_id
+            if bool(finished.all()):
+                break
+    return tokens[:, prompt.size(1) :]

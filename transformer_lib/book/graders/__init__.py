@@ -23,13 +23,15 @@ answer runs under a time limit and the grading under an output limit (``report.T
     chapter 4   grade_pre_ln_residual, grade_post_ln_residual
     chapter 5   grade_label_smoothed_loss, grade_target_shift, grade_length_batches
     chapter 6   grade_greedy_decode
-    chapter 7   grade_rotary, grade_alibi_bias, grade_sliding_window_mask, grade_rms_norm
+    chapter 7   grade_rotary, grade_alibi_bias, grade_greedy_continue, grade_sliding_window_mask,
+                grade_rms_norm
+    capstone    (section 6.8) :mod:`.capstone`: choose_pieces, assemble, grade_transformer
 
 The bugs the graders name are reproduced in :mod:`transformer_lib.book.pitfalls`.
 """
 
 from .attention import grade_attention, grade_multi_head_attention
-from .beyond import grade_alibi_bias, grade_rms_norm, grade_rotary, grade_sliding_window_mask
+from .beyond import grade_alibi_bias, grade_greedy_continue, grade_rms_norm, grade_rotary, grade_sliding_window_mask
 from .blocks import grade_post_ln_residual, grade_pre_ln_residual
 from .decoding import grade_greedy_decode
 from .masking import grade_causal_mask, grade_masked_attention, grade_padding_mask, grade_target_mask
@@ -55,6 +57,7 @@ __all__ = [
     "grade_greedy_decode",
     "grade_rotary",
     "grade_alibi_bias",
+    "grade_greedy_continue",
     "grade_sliding_window_mask",
     "grade_rms_norm",
 ]

@@ -1,4 +1,5 @@
-"""Chapter 7's graders: rotary embeddings, ALiBi biases, a sliding-window mask and RMSNorm.
+"""Chapter 7's graders: rotary embeddings, ALiBi biases, a decoder-only model's greedy continuation
+with a cache, a sliding-window mask and RMSNorm.
 
 Shapes: ``L`` positions (keys), ``T`` queries, ``Dh`` a head's width, ``H`` heads, ``D`` model width.
 Positions follow the library's convention: ``L`` keys at ``0 .. L-1``, and queries at
@@ -8,7 +9,9 @@ Positions follow the library's convention: ``L`` keys at ``0 .. L-1``, and queri
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -17,8 +20,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lib.attention import scaled_dot_product_attention
+from transformer_lib.config import TransformerConfig
+from transformer_lib.decoding import decoding_step, generation_loop, greedy_continue, sample_continue
 from transformer_lib.embeddings import ALiBiBias, RotaryEmbedding, alibi_slopes
 from transformer_lib.masking import sliding_window_mask
+from transformer_lib.model import DecoderOnlyTransformer
 from transformer_lib.normalization import RMSNorm
 from transformer_lib.properties import assert_causal
 from transformer_lib.validation import check_mask
@@ -30,7 +36,7 @@ from .report import (
     expect_finite, expect_gradients, expect_shape, fmt, fmt_inputs, inputs, property_check,
 )
 
-__all__ = ["grade_rotary", "grade_alibi_bias", "grade_sliding_window_mask", "grade_rms_norm"]
+__all__ = ["grade_rotary", "grade_alibi_bias", "grade_greedy_continue", "grade_sliding_window_mask", "grade_rms_norm"]
 
 BASE = 10000.0  # RoPE's wavelength scale, as in the sinusoidal table
 
@@ -619,4 +625,193 @@ def grade_rms_norm(module_class: Callable[..., nn.Module], *, from_scratch: bool
             grading.check("gradients reach x and equal RMSNorm's", partial(_rms_gradients, state, matched))
         else:
             grading.skip("the comparisons with the library's RMSNorm, which copy the gain")
+    return grading.report
+
+
+# --- 7.4 A decoder-only model's greedy continuation with a cache -----------------------------------
+
+REFUSED_CONTINUE = (Refused("the library's greedy_continue", (greedy_continue, sample_continue, generation_loop,
+                                                              decoding_step)),)
+CONTINUE_ARGUMENTS = ("model", "prompt", "max_new_tokens", "eos_id", "pad_id")
+NEW_TOKENS = 6
+PROMPT = [[4, 5, 6, 2], [7, 8, 4, 2], [6, 6, 5, 2]]  # three questions, each ending with <bos> (id 2)
+
+
+class _RecordingLM(DecoderOnlyTransformer):
+    """The library's decoder-only model, recording each ``decode``: (new positions, start, cache active)."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config)
+        self.calls: list[tuple[int, int, bool]] = []
+        self._own_attention = (self.blocks.layers[0].self_attn,)  # a tuple: not registered as a submodule
+
+    def cache_active(self) -> bool:
+        return self.blocks.layers[0].self_attn is not self._own_attention[0]
+
+    def decode(self, tokens: Tensor, memory: None = None, src_mask: None = None, tgt_mask: Tensor | None = None,
+               start: int = 0) -> Tensor:
+        self.calls.append((tokens.size(1), start, self.cache_active()))
+        return super().decode(tokens, memory, src_mask, tgt_mask, start)
+
+
+def _lm(seed: int) -> _RecordingLM:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        config = TransformerConfig.decoder_only("tiny", vocab_size=9, d_model=16, n_heads=2, n_decoder_layers=2,
+                                                d_ff=32, dropout=0.0, max_len=16, tie_output=False)
+        return _RecordingLM(config).eval()
+
+
+@functools.cache
+def _lm_scenario(pad: int = 0, all_end: bool = False) -> tuple[int, int, Tensor, Tensor]:
+    """A seed and an ``<eos>`` id for which the rows' continuations end at different steps (with
+    ``all_end``, all before ``NEW_TOKENS``), with the recomputed continuation and the one without ``<eos>``."""
+    prompt = torch.tensor(PROMPT)
+    for seed in range(300):
+        model = _lm(seed)
+        free = greedy_continue(model, prompt, max_new_tokens=NEW_TOKENS, eos_id=None, pad_id=pad, use_cache=False)
+        for eos in range(4, 9):  # a symbol as <eos>: an untrained model's continuations end at different steps
+            first = [int(e[0]) if len(e) else None for e in ((row == eos).nonzero() for row in free)]
+            if all_end:
+                wanted = None not in first and len(set(first)) > 1 and max(first) <= NEW_TOKENS - 3  # type: ignore
+            else:
+                wanted = None in first and any(f is not None and 1 <= f <= NEW_TOKENS - 3 for f in first)
+            if wanted:
+                ref = greedy_continue(model, prompt, max_new_tokens=NEW_TOKENS, eos_id=eos, pad_id=pad,
+                                      use_cache=False)
+                return seed, eos, ref, free
+    raise RuntimeError("no seed gave continuations that end at different steps")  # never on a working install
+
+
+def _continue_bugs(prompt: Tensor, ref: Tensor, free: Tensor, eos: int, pad: int) -> list[KnownBug]:
+    ended = (ref == eos).any(dim=1)
+    first_end = min(int((row == eos).nonzero()[0]) for row, e in zip(ref, ended) if e)
+    after_end = (ref == eos).int().cumsum(dim=1).bool() & (ref != eos)
+    return [
+        KnownBug("output_includes_prompt", "the output starts with the prompt", "return only the new tokens: "
+                 "tokens[:, prompt.size(1):]", lambda: torch.cat([prompt, ref], dim=1)),
+        KnownBug("pad_id_ignored", "the rows are padded with 0 after their <eos>, not with pad_id",
+                 "pad finished rows with the pad_id argument", lambda: ref.masked_fill(after_end, 0) if pad else None),
+        KnownBug("no_padding_after_eos", "a row keeps producing tokens after its <eos>",
+                 "keep a boolean `finished` per row; once a row has its <eos>, append pad_id to it",
+                 lambda: free[:, : ref.size(1)]),
+        KnownBug("stops_at_first_eos", "decoding stops when the first row ends, cutting the others short",
+                 "stop only when every row has its <eos> (finished.all())", lambda: ref[:, : first_end + 1]),
+        KnownBug("no_early_stop", "decoding goes on after every row has ended", "stop the loop as soon as every "
+                 "row has its <eos>", lambda: torch.cat([ref, ref.new_full((ref.size(0), NEW_TOKENS - ref.size(1)),
+                                                                             pad)], dim=1)
+                 if ref.size(1) < NEW_TOKENS else None),
+    ]
+
+
+@dataclass(frozen=True)
+class _LMSetting:
+    model: _RecordingLM
+    prompt: Tensor
+    eos: int
+    pad: int
+    ref: Tensor
+    free: Tensor
+    example: str
+
+
+def _lm_setting(pad: int = 0, all_end: bool = False) -> _LMSetting:
+    seed, eos, ref, free = _lm_scenario(pad, all_end)
+    prompt = torch.tensor(PROMPT)
+    order = " (fairseq's order: <pad> = 1)" if pad == 1 else ""
+    example = (fmt_inputs(prompt=prompt) + f"\nmax_new_tokens = {NEW_TOKENS}, eos_id = {eos}, pad_id = {pad}{order}\n"
+               "model: an untrained DecoderOnlyTransformer (d_model 16, 2 layers, 9 tokens)")
+    return _LMSetting(_lm(seed), prompt, eos, pad, ref, free, example)
+
+
+def _continue_runs(fn: Callable[..., Any], setting: _LMSetting, state: dict[str, Tensor]) -> None:
+    setting.model.calls.clear()
+    out = call(fn, setting.model, setting.prompt.clone(), NEW_TOKENS, setting.eos, setting.pad,
+               what="your continuation", example=setting.example, names=CONTINUE_ARGUMENTS)
+    if not isinstance(out, Tensor):
+        raise Problem("returns_tensor", f"your continuation returned {type(out).__name__}, not a tensor",
+                      example=setting.example, hint="return the (B, T) tensor of new token ids")
+    if out.dim() != 2 or out.size(0) != setting.prompt.size(0) or out.is_floating_point():
+        raise Problem("output_shape", f"the output is {tuple(out.shape)} {out.dtype}, expected "
+                      f"({setting.prompt.size(0)}, T) integer token ids", example=setting.example,
+                      hint="one row of new token ids per prompt")
+    state["out"] = out
+
+
+def _continue_uses_the_cache(setting: _LMSetting) -> None:
+    calls, P, example = setting.model.calls, setting.prompt.size(1), setting.example
+    fed = [n for n, _, _ in calls]
+    if not any(cached for *_, cached in calls):
+        raise Problem("cache_not_used", f"every step recomputes the whole sequence: the model was fed {fed} "
+                      f"positions, {sum(fed)} in all, where {P + len(fed) - 1} do", example=example,
+                      hint="decode inside `with kv_cache(model) as cache:`: feed the prompt once, then only the "
+                           "newest token, next_token_logits(model, newest, None, None, cache)")
+    if fed[0] != P:
+        raise Problem("prompt_not_prefilled", f"the prompt was fed {fed[0]} position(s) at a time ({fed}), not in "
+                      f"one pass of its {P}: a causal model reads a whole prompt at once", example=example,
+                      hint="the first call takes the whole prompt: next_token_logits(model, prompt, None, None, cache)")
+    if any(n != 1 for n in fed[1:]):
+        raise Problem("prefix_fed_to_cache", f"after the prompt the model was fed {fed[1:]} positions per step: "
+                      "the cache already holds the old ones", example=example,
+                      hint="with a cache, feed only the newest token: tokens[:, -1:]")
+    starts, right = [start for _, start, _ in calls], [0] + [P + i for i in range(len(calls) - 1)]
+    if starts != right:
+        restarts = not any(starts[1:])
+        raise Problem("positions_restart_at_zero" if restarts else "positions_wrong", f"the new tokens were placed "
+                      f"at positions {starts}, not {right}", example=example,
+                      hint="a new token's position is the number the cache holds before it: pass the cache to "
+                           "next_token_logits, which places it at cache.length")
+
+
+def _continue_matches(setting: _LMSetting, state: dict[str, Tensor]) -> None:
+    def compared() -> Case:
+        bugs = _continue_bugs(setting.prompt, setting.ref, setting.free, setting.eos, setting.pad)
+        return state["out"], setting.ref, setting.example, bugs
+
+    expect_cases_close([compared], check="matches_reference",
+                       message="the tokens differ from greedy_continue's (which recomputes the sequence)",
+                       hint="take the argmax of the next-token logits at every step")
+
+
+def _continue_restored(setting: _LMSetting) -> None:
+    if setting.model.cache_active():
+        raise Problem("cache_left_on", "after decoding, the model's attention is still wrapped by the cache",
+                      example=setting.example, hint="use the cache as a context manager: with kv_cache(model) as cache:")
+
+
+def _continue_again(fn: Callable[..., Any], pad: int, all_end: bool) -> None:
+    setting, state = _lm_setting(pad, all_end), {}
+    _continue_runs(fn, setting, state)
+    _continue_matches(setting, state)
+
+
+def grade_greedy_continue(fn: Callable[..., Any], *, from_scratch: bool = True) -> GradeReport:
+    """Grade the reader's greedy continuation of a prompt by a decoder-only model, with the key/value cache.
+
+    ``fn(model, prompt, max_new_tokens, eos_id, pad_id)`` gets a
+    :class:`~transformer_lib.model.DecoderOnlyTransformer` and prompts ``(B, P)`` and must return the
+    new tokens ``(B, T)``, ``T <= max_new_tokens``, as :func:`transformer_lib.decoding.greedy_continue`
+    does: each row ending with its ``<eos>`` and padded with ``pad_id`` after it, stopping when every
+    row has ended. Inside ``kv_cache(model)`` it must feed the prompt in one pass, then one token per
+    step at its own position. It is run again with every row ending early and with ``<pad> = 1``; from
+    scratch (the default) it may use ``next_token_logits`` and the cache, not ``greedy_continue``.
+
+    Example:
+        >>> grade_greedy_continue(lambda model, prompt, n, eos_id, pad_id: greedy_continue(
+        ...     model, prompt, max_new_tokens=n, eos_id=eos_id, pad_id=pad_id), from_scratch=False).passed
+        True
+    """
+    grading = Grading("Greedy continuation with a key/value cache", refused=REFUSED_CONTINUE,
+                      from_scratch=from_scratch)
+    setting, state = _lm_setting(), {}
+    with grading:
+        grading.check("runs and returns (B, T) token ids", partial(_continue_runs, fn, setting, state), gate=True)
+        grading.check("uses the key/value cache: the prompt in one pass, then one new token per step at its "
+                      "position", partial(_continue_uses_the_cache, setting))
+        grading.check("equals greedy_continue: the new tokens only, pads after each row's <eos>, stops when every "
+                      "row has ended", partial(_continue_matches, setting, state))
+        grading.check("gives the model back without the cache", partial(_continue_restored, setting))
+        grading.check("stops as soon as every row has ended (prompts whose rows all end early)",
+                      partial(_continue_again, fn, 0, True))
+        grading.check("equals greedy_continue with <pad> = 1 (fairseq's order)", partial(_continue_again, fn, 1, False))
     return grading.report
