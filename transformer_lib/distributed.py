@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -120,5 +121,5 @@ def data_parallel(model: torch.nn.Module, device: torch.device) -> torch.nn.Modu
     # Our buffers (positional tables) are constants, the same on every process; by default DDP
     # would send process 0's copy before every forward pass. (The option was renamed in PyTorch 2.13.)
     renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-    no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
+    no_buffer_sync: dict[str, Any] = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffer_sync)

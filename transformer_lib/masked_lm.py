@@ -146,7 +146,7 @@ class EncoderOnlyTransformer(nn.Module):
 
     def attention_maps(self, tokens: Tensor, mask: Tensor | None = None) -> list[Tensor]:
         """Self-attention weights of every layer, ``(B, H, T, T)`` each (for figures; use ``eval()``)."""
-        return self.encode(tokens, mask, need_weights=True)[1]
+        return [weights for weights in self.encode(tokens, mask, need_weights=True)[1] if weights is not None]
 
 
 def masked_token_loss(model: EncoderOnlyTransformer, inputs: Tensor, targets: Tensor) -> Tensor:

@@ -264,7 +264,9 @@ def prepare_multi30k(
     text = {split: load_multi30k(split, root, src_lang=src_lang, tgt_lang=tgt_lang, **find_options) for split in splits}
     if train_size is not None:
         text["train"] = _training_subset(text["train"], train_size, seed)
-    tokens, src_tokenizer, tgt_tokenizer = TOKENIZERS[tokenizer].learn(text, src_lang, tgt_lang, lowercase, min_freq, vocab_size)
+    learn = TOKENIZERS[tokenizer].learn
+    assert learn is not None  # checked above: a kind that learns from text
+    tokens, src_tokenizer, tgt_tokenizer = learn(text, src_lang, tgt_lang, lowercase, min_freq, vocab_size)
     settings = {
         "corpus": "multi30k",
         "src_lang": src_lang,

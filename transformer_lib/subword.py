@@ -63,7 +63,7 @@ def check_merge_order(tokens: Sequence[str], merges: Sequence[Sequence[str]]) ->
                 "the merges are not in the order they were learned (reordered or edited), and would split text "
                 "differently from the tokenizer the model trained with"
             )
-        if max(parts) >= token_id:  # type: ignore[type-var]
+        if max(parts) >= token_id:  # type: ignore[type-var,operator]
             raise ValueError(f"merges[{i}]={[first, second]!r} makes {joined!r} (id {token_id}) from a token made "
                              "later: the merges are not in the order they were learned")
 

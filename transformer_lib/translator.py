@@ -254,8 +254,8 @@ class Translator(TokenizerPair):
         # min_new_tokens=1: an empty output never translates a sentence; without it a wide beam (50+)
         # keeps the empty hypothesis finished at step 1, which then outscores every longer one.
         vocab = self.tgt_vocab
-        ids = dict(max_new_tokens=max_new_tokens, bos_id=vocab.bos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id,
-                   min_new_tokens=1)
+        ids: dict[str, Any] = dict(max_new_tokens=max_new_tokens, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
+                                   pad_id=vocab.pad_id, min_new_tokens=1)
         if beam_size == 1:
             return greedy_decode(self.model, src, src_mask, **ids)
         return beam_search(self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty, **ids).sequences

@@ -207,7 +207,7 @@ class Tokenizer(ABC):
         return self.detokenize(self.vocab.decode(ids))
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.to_dict() == self.to_dict()  # type: ignore[attr-defined]
+        return isinstance(other, type(self)) and type(other) is type(self) and other.to_dict() == self.to_dict()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(kind={self.kind!r}, vocab_size={len(self.vocab)})"

@@ -58,7 +58,8 @@ def attention_explorer(sentences: Sequence[Mapping[str, Any]], *, title: str | N
     if not sentences:
         raise ValueError("attention_explorer needs at least one sentence")
     names = [f"{i + 1}. {s['source']}" for i, s in enumerate(sentences)]
-    records, labels = [], {}
+    records: list[dict[str, Any]] = []
+    labels: dict[str, Any] = {}
     for name, sentence in zip(names, sentences):
         labels[name] = {}
         for kind, (kind_name, rows, cols) in ATTENTION_KINDS.items():

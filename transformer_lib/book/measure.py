@@ -50,7 +50,10 @@ def best_time(call: Callable[[], object], device: torch.device, repeats: int = 3
 
 def _resident_mib(field: str) -> float:
     status = Path("/proc/self/status").read_text()
-    return int(re.search(rf"{field}:\s+(\d+)", status).group(1)) / 1024  # kB -> MiB
+    found = re.search(rf"{field}:\s+(\d+)", status)
+    if found is None:
+        raise RuntimeError(f"/proc/self/status has no {field} line")
+    return int(found.group(1)) / 1024  # kB -> MiB
 
 
 def _gpu_probe(device: torch.device) -> MemoryProbe:
@@ -102,7 +105,7 @@ class _LargestTensor(TorchDispatchMode):
         super().__init__()
         self.largest = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for value in tree_flatten((args, kwargs, out))[0]:
             if isinstance(value, torch.Tensor):

@@ -26,7 +26,7 @@ import html
 import inspect
 import re
 import textwrap
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["ELISION", "Listing", "source_text", "show_source", "split_class"]
 
@@ -46,7 +46,7 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
         body = node.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                 and isinstance(body[0].value.value, str):
-            lines.update(range(body[0].lineno, body[0].end_lineno + 1))
+            lines.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
     return lines
 
 
@@ -60,7 +60,7 @@ def _without_docstrings(code: str) -> str:
     drop = _docstring_lines(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and len(node.body) == 1:
-            drop -= set(range(node.body[0].lineno, node.body[0].end_lineno + 1))
+            drop -= set(range(node.body[0].lineno, (node.body[0].end_lineno or node.body[0].lineno) + 1))
     lines = code.splitlines()
     kept: list[str] = []
     previous_dropped = False
@@ -144,7 +144,7 @@ def _check_runs(tree: ast.AST) -> list[tuple[int, int, int, bool]]:
                     run.append(stmt)
                     continue
                 if run:
-                    runs.append((run[0].lineno, run[-1].end_lineno, run[0].col_offset, len(run) == len(block)))
+                    runs.append((run[0].lineno, run[-1].end_lineno or run[-1].lineno, run[0].col_offset, len(run) == len(block)))
                     run = []
                 if stmt is not None:
                     visit(stmt)
@@ -220,7 +220,8 @@ def split_class(code: str, methods: tuple[str, ...]) -> tuple[str, str, list[str
     cls = tree.body[0]
     lines = code.splitlines()
     first = cls.body[0]
-    body_start = (first.decorator_list[0].lineno if getattr(first, "decorator_list", None) else first.lineno) - 1
+    decorators = getattr(first, "decorator_list", None)
+    body_start = (decorators[0].lineno if decorators else first.lineno) - 1
     header, spans, start = lines[:body_start], [], body_start
     for stmt in cls.body:  # each statement with the blank and comment lines above it
         spans.append((stmt, lines[start:stmt.end_lineno]))
@@ -310,7 +311,7 @@ class Listing:
     def _repr_html_(self) -> str:
         shown, rest, label = self.parts()  # what the text is about; the rest behind a toggle
         block = self._block(shown) + (
-            f'<details class="tt-source-rest"><summary>{html.escape(label)}</summary>{self._block(rest)}</details>'
+            f'<details class="tt-source-rest"><summary>{html.escape(label or "")}</summary>{self._block(rest)}</details>'
             if rest else "")
         # The listing says where its code lives: the website shows it without the call that made it.
         caption = (f'<div class="tt-source-name">from <code>{html.escape(self.name)}</code></div>'
@@ -359,7 +360,7 @@ def show_source(obj: Any, docstring: bool = False, validation: bool = False,
     instead (see :func:`split_lines`).
     """
     return Listing(source_text(obj, docstring=docstring, validation=validation), name=_qualified_name(obj),
-                   methods=tuple(methods), elide=tuple(elide) if elide else None)
+                   methods=tuple(methods), elide=cast("tuple[str, str, str]", tuple(elide)) if elide else None)
 
 
 def _qualified_name(obj: Any) -> str | None:

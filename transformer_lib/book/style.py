@@ -18,7 +18,7 @@ inverts matplotlib figures (``_static/site.css``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 __all__ = [
     "CATEGORY", "DIVERGING", "DIVERGING_CMAP", "FONT", "FONT_CSS", "HIGHLIGHT", "INK", "MUTED",
@@ -39,10 +39,12 @@ CATEGORY = [
 ]
 """The categorical palette (Tableau 10 as Vega draws it): series, runs, heads, in this order."""
 
-SEQUENTIAL, SEQUENTIAL_CMAP = "blues", "Blues"
+SEQUENTIAL: Final = "blues"  # Final: its type is the literal, one of the names altair's Scale accepts
+SEQUENTIAL_CMAP = "Blues"
 """One sequential scheme (attention weights, counts), as altair and as matplotlib name it."""
 
-DIVERGING, DIVERGING_CMAP = "redblue", "RdBu"
+DIVERGING: Final = "redblue"
+DIVERGING_CMAP = "RdBu"
 """One diverging scheme (signed values around 0), low red to high blue in both libraries."""
 
 INK = "#1a202c"
@@ -141,8 +143,8 @@ def apply() -> None:
     import matplotlib as mpl
     import pandas as pd
 
-    alt.theme.register(THEME, enable=True)(altair_theme)
-    mpl.rcParams.update(matplotlib_rc())
+    alt.theme.register(THEME, enable=True)(altair_theme)  # type: ignore[arg-type]  # a dict is a theme
+    mpl.rcParams.update(matplotlib_rc())  # type: ignore[arg-type]  # keys are rcParams' names
     pd.set_option("display.max_colwidth", None)
     pd.set_option("display.max_columns", None)
     pd.set_option("display.max_rows", 500)

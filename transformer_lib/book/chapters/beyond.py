@@ -56,7 +56,7 @@ def caption_batches(captions: CaptionCorpus) -> tuple[list[tuple[Tensor, Tensor]
     """Training batches of 64 captions of similar length (chapter 5's length bucketing), as many as
     the profile trains for, and the validation captions in batches of 256."""
     vocab, steps = captions.vocab, caption_model_size()
-    ids = dict(bos_id=vocab.bos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id)
+    ids: dict[str, Any] = dict(bos_id=vocab.bos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id)
     train = [b for epoch in range(steps["epochs"]) for b in lm_batches(captions.ids["train"], 64, epoch=epoch, **ids)]
     return train[:steps["steps"]], lm_batches(captions.ids["val"], 256, shuffle=False, **ids)
 
