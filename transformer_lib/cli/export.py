@@ -130,7 +130,7 @@ def read_tuning(path: Path) -> dict[str, Any]:
         beam, penalty = row.get("beam"), row.get("length_penalty")
         if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
             raise refuse(f"{name}.beam must be a whole number >= 1, got {beam!r}")
-        if not isinstance(penalty, numbers.Real) or isinstance(penalty, bool) or not 0 <= penalty <= 10:
+        if not isinstance(penalty, numbers.Real) or isinstance(penalty, bool) or not 0 <= float(penalty) <= 10:
             raise refuse(f"{name}.length_penalty must be a number from 0 to 10, got {penalty!r}")
     return tuning_record(grid)
 
