@@ -95,7 +95,7 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def cached(name: str, key: Any, make: Callable[[Path], None]) -> Path:
+def cached(name: str, key: Any, make: Callable[[Path], object]) -> Path:
     """The cache entry for ``name`` and ``key``, made by ``make(folder)`` if it does not exist yet.
 
     Args:

@@ -87,7 +87,7 @@ def _train(task: ReverseTask, overrides: Mapping[str, Any], seed: int, steps: in
     """One model of the reverse task: the trainer's settings (``DEFAULTS["toy"]``) for ``steps``
     updates (at peak rate ``lr``, default the trainer's), validated on the held-out sequences four times."""
     s, vocab = task.settings, task.vocab
-    ids = dict(pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
+    ids: dict[str, Any] = dict(pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
     torch.manual_seed(seed)
     config = TransformerConfig.from_preset(s["preset"], src_vocab_size=len(vocab), tgt_vocab_size=len(vocab),
                                            dropout=s["dropout"], **{**size, **overrides})

@@ -17,12 +17,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from transformer_lib import pretrained
+from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.evaluation import bleu_scores
 from transformer_lib.masking import padding_mask, target_mask
 from transformer_lib.translator import Translator
@@ -103,7 +104,7 @@ def attention(sentence: str, translation: str | None = None) -> SentenceAttentio
     )
 
 
-def attention_modules(kind: str) -> list[torch.nn.Module]:
+def attention_modules(kind: str) -> list[MultiHeadAttention]:
     """The attention modules of one kind, layer by layer: ``"encoder_self"``, ``"decoder_self"`` or
     ``"decoder_cross"``."""
     model = translator().model
@@ -112,7 +113,7 @@ def attention_modules(kind: str) -> list[torch.nn.Module]:
     if kind not in layers:
         raise ValueError(f"kind={kind!r}: choose one of {sorted(layers)}")
     stack, name = layers[kind]
-    return [getattr(layer, name) for layer in stack]
+    return [cast(MultiHeadAttention, getattr(layer, name)) for layer in stack]
 
 
 @contextmanager

@@ -207,6 +207,8 @@ def validation_pairs(translator: Translator, size: int | None | str = "profile")
     as the profile measures the heads on, :data:`HEAD_SENTENCES`; ``None``: all 1,014)."""
     if size == "profile":
         size = HEAD_SENTENCES[current_profile()]
+    if isinstance(size, str):
+        raise ValueError(f"size must be a number of pairs, None (all) or 'profile', got {size!r}")
     data = translator.data
     return list(load_multi30k("val", src_lang=data["src_lang"], tgt_lang=data["tgt_lang"]))[:size]
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
+from transformer_lib.blocks import DecoderLayer
 from transformer_lib.book import trained
 from transformer_lib.masking import padding_mask, target_mask
 
@@ -87,7 +89,7 @@ class PaddingComparison:
 
 
 def alone_and_in_batch(sentence: str, others: Sequence[str], mask_pads: bool = True,
-                       **decoding: object) -> PaddingComparison:
+                       **decoding: Any) -> PaddingComparison:
     """Translate ``sentence`` alone and in a batch with ``others`` (one of them longer, so that it is
     padded), and compare what the model computes for it in both, teacher-forced on its translation
     alone. ``mask_pads=False`` gives the batch a mask that lets every query see the pads too (the
@@ -198,8 +200,9 @@ def logit_lens(sentence: str, translation: str | None = None) -> LayerReadout:
         for layer in model.decoder.layers:
             x, _, _ = layer(x, memory, src_mask, tgt_mask)
             states.append(x)
+        final_norm = model.decoder.final_norm or torch.nn.Identity()  # Post-LN models have none
         for state in states:
-            p = torch.softmax(model.output_layer(model.decoder.final_norm(state)), dim=-1)[0]  # (T, V)
+            p = torch.softmax(model.output_layer(final_norm(state)), dim=-1)[0]  # (T, V)
             best = p.max(dim=-1)
             top.append([vocab.tokens[j] for j in best.indices.tolist()])
             probability.append(best.values.tolist())
@@ -224,8 +227,8 @@ def sublayer_update_sizes(sentences: Sequence[str] = trained.SENTENCES) -> list[
         with torch.no_grad():
             memory = model.encode(src, src_mask)  # (1, S, D)
             x = model._embed_target(tgt, 0)  # (1, T, D)
-            for number, layer in enumerate(model.decoder.layers, start=1):
-                steps = (
+            for number, layer in enumerate(cast("list[DecoderLayer]", model.decoder.layers), start=1):
+                steps: tuple[tuple[str, Any, Any], ...] = (
                     ("self-attention", layer.self_attn_residual, lambda h: layer.self_attn(h, h, h, mask=tgt_mask)[0]),
                     ("cross-attention", layer.cross_attn_residual, lambda h: layer.cross_attn(h, memory, memory, mask=src_mask)[0]),
                     ("feed-forward", layer.ff_residual, layer.feed_forward),
