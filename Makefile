@@ -37,6 +37,7 @@ $(STAMP): $(LOCK) pyproject.toml | $(UV)
 	$(MAKE) --no-print-directory torch
 	$(UV) pip install --python $(BIN)/python --quiet --compile-bytecode --no-deps -r $(LOCK)
 	$(BIN)/python -m pip check
+	$(BIN)/python tools/site_widget.py --runtime-only
 	touch $(STAMP)
 
 # torch at the lock's version, kept if .venv has it: PyPI's CUDA build where `nvidia-smi` finds a GPU (or
@@ -69,9 +70,10 @@ book: $(STAMP)
 	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock _build/.doctrees
 	$(MAKE) --no-print-directory site
 
-# The website from the execution cache, executing only changed sections. -W -n: any warning or
-# unresolved reference fails; a section that raises fails (_config.yml). One BLAS thread per process
-# unless the caller sets OMP_NUM_THREADS: the chapters' models are small.
+# The website from the execution cache, executing only changed sections; the build also exports the
+# shipped model as ONNX for the page that translates (tools/site_widget.py, cached in _build/.widget_cache).
+# -W -n: any warning or unresolved reference fails; a section that raises fails (_config.yml). One BLAS
+# thread per process unless the caller sets OMP_NUM_THREADS: the chapters' models are small.
 site: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/jupyter-book build . -W -n --keep-going
 
@@ -170,7 +172,8 @@ notebooks: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --nbmake book
 
 # The browser test over _build/html (build it first): every page at phone and laptop width and in print,
-# against the limits tests/test_site.py states, and the site's downloadable notebooks. Screenshots and a
+# against the limits tests/test_site.py states, the site's downloadable notebooks, and the page that
+# translates (tests/test_site_widget.py: the shipped model in the browser against PyTorch). Screenshots and a
 # per-page report go to $(SCREENSHOTS); SITE_DIR=<another build> checks another build. Two workers, each
 # with its own Chromium.
 SCREENSHOTS := $(or $(SCREENSHOTS_DIR),_build/screenshots)
@@ -179,7 +182,7 @@ browser: $(STAMP)
 	  echo "!!!!!!!! No Chromium: the browser test will NOT check the website (CI installs it, see .ci/run)"
 	rm -rf $(SCREENSHOTS)
 	status=0; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal \
-	  tests/test_site.py tests/test_site_downloads.py tests/test_book_trained_pages.py || status=$$?; \
+	  tests/test_site.py tests/test_site_downloads.py tests/test_book_trained_pages.py tests/test_site_widget.py || status=$$?; \
 	  $(BIN)/python tests/test_site.py; exit $$status
 
 # A release (README, "Releasing"): `make release VERSION=X.Y.Z` (tools/release.py says what it changes).

@@ -7,17 +7,18 @@ writes into the folder ``OUT`` (the site serves it as ``_static/widget/``):
     widget.js widget.css       the widget (web/): its text box, decoding, pieces and heatmap; the
     decoding.js tokenizer.js   only files a page with the widget loads before its first use are these two
     ort.wasm.min.js            ONNX Runtime Web's WebAssembly backend, from the npm registry at the
-    ort-wasm-simd-threaded.mjs version and sha512 checksum package-lock.json pins (``npm ci``): only the
+    ort-wasm-simd-threaded.mjs version and sha512 checksum package-lock.json pins: only the
     ort-wasm-simd-threaded.wasm  files this backend loads (ort.wasm.min.js opens with its MIT licence)
     encoder.onnx decoder.onnx  the shipped model as ONNX (``transformer_lib.cli.onnx_export``), made here
     tokenizer.json model.json  from ``transformer_lib/weights``: git holds no build output
     widget.json                what this step vendored and exported (versions, checksums, sizes)
 
 Both expensive parts are cached in ``--cache`` (default ``_build/.widget_cache``): the npm
-install, by the checksum of package-lock.json; the export (about 40 s), by the checksums of the shipped
+fetch, by the checksum of package-lock.json; the export (about 40 s), by the checksums of the shipped
 weights and of the exporter's source, and the versions of torch and onnx. ``_ext/book_site.py`` calls
 :func:`write_widget` when Sphinx starts, so ``make site`` and ``make book`` run it.
-``npm`` is needed once per lock (Debian: ``apt-get install npm``); nothing else is downloaded.
+The runtime is fetched once per lock (``make setup`` does it: ``--runtime-only``); nothing else is
+downloaded, and the site build downloads nothing once it is there.
 """
 
 from __future__ import annotations
@@ -71,27 +72,44 @@ def locked_runtime() -> dict[str, str]:
     return {"version": entry["version"], "integrity": entry["integrity"]}
 
 
+REGISTRY = "https://registry.npmjs.org"
+
+
 def install_runtime(cache: Path) -> Path:
-    """``npm ci`` of package.json and package-lock.json into ``cache`` (once per lock): npm fetches
-    exactly the locked versions and refuses a tarball whose sha512 is not the lock's. Returns the
+    """``onnxruntime-web`` from the npm registry into ``cache``, once per lock: the package's tarball at
+    the version package-lock.json pins, refused unless its sha512 is the lock's (what ``npm ci`` checks;
+    the runtime's files need none of its dependencies, and npm need not be installed). ``make setup``
+    calls it, so the site build downloads nothing. ``$npm_config_registry`` names a mirror. Returns the
     package's ``dist`` folder."""
+    import io
+    import tarfile
+    import urllib.request
+
     lock_bytes = (ROOT / "package-lock.json").read_bytes()
     folder = cache / f"npm-{_sha256(lock_bytes)[:16]}"
-    dist = folder / "node_modules" / PACKAGE / "dist"
+    package = folder / "node_modules" / PACKAGE
+    dist = package / "dist"
     stamp = folder / ".installed"
     if not stamp.is_file():
-        npm = shutil.which("npm")
-        if npm is None:
-            raise RuntimeError(f"npm is needed to vendor {PACKAGE} into the site (Debian: apt-get install npm)")
+        pinned = locked_runtime()
+        registry = os.environ.get("npm_config_registry", REGISTRY).rstrip("/")
+        url = f"{registry}/{PACKAGE}/-/{PACKAGE}-{pinned['version']}.tgz"
+        with urllib.request.urlopen(url, timeout=300) as response:
+            tarball = response.read()
+        got = "sha512-" + base64.b64encode(hashlib.sha512(tarball).digest()).decode()
+        if got != pinned["integrity"]:
+            raise RuntimeError(f"{url}: sha512 {got} is not package-lock.json's {pinned['integrity']}; nothing installed")
         shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        for name in ("package.json", "package-lock.json"):
-            shutil.copyfile(ROOT / name, folder / name)
-        # --ignore-scripts: nothing from the registry runs here; the files are only copied.
-        subprocess.run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
-                       cwd=folder, check=True, timeout=900)
-        stamp.write_text("", encoding="utf-8")
-    installed = json.loads((dist.parent / "package.json").read_text(encoding="utf-8"))["version"]
+        package.mkdir(parents=True)
+        with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as archive:
+            for member in archive.getmembers():
+                name = member.name.split("/", 1)[-1]  # npm's tarballs hold one folder, package/
+                if member.isfile() and (name == "package.json" or name == "LICENSE" or name in {f"dist/{f}" for f in RUNTIME_FILES}):
+                    target = package / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(archive.extractfile(member).read())
+        stamp.write_text(url + "\n", encoding="utf-8")
+    installed = json.loads((package / "package.json").read_text(encoding="utf-8"))["version"]
     if installed != locked_runtime()["version"]:
         raise RuntimeError(f"{folder} holds {PACKAGE} {installed}, the lock pins {locked_runtime()['version']}")
     return dist
@@ -158,9 +176,16 @@ def write_widget(out: Path, cache: Path = DEFAULT_CACHE) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python tools/site_widget.py", description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="the folder to write (the site's _static/widget)")
+    parser.add_argument("out", type=Path, nargs="?", default=None, help="the folder to write (the site's _static/widget)")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where the npm install and the export are kept")
+    parser.add_argument("--runtime-only", action="store_true",
+                        help="only fetch ONNX Runtime Web into the cache (make setup), no OUT written")
     args = parser.parse_args(argv)
+    if args.runtime_only:
+        print(f"{PACKAGE} {locked_runtime()['version']} in {install_runtime(args.cache).parent}")
+        return 0
+    if args.out is None:
+        parser.error("OUT is required (or --runtime-only)")
     manifest = write_widget(args.out, args.cache)
     total = sum(file["bytes"] for file in manifest["files"].values())
     print(f"{args.out}: {len(manifest['files'])} files, {total / 1e6:.1f} MB ({PACKAGE} {manifest['runtime']['version']})")
