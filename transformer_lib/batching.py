@@ -240,10 +240,8 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         rank: int = 0,
     ) -> None:
         for name, value in (("batch_size", batch_size), ("pool_batches", pool_batches), ("num_replicas", num_replicas)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:
-            raise ValueError(f"rank must be an integer in [0, {num_replicas - 1}] (num_replicas={num_replicas}), got {rank!r}")
+            check_int(name, value)
+        check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
         if len(lengths) == 0:
             raise ValueError("lengths is empty: there is nothing to batch")
         if batch_size < num_replicas:
@@ -335,8 +333,7 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
                  num_replicas: int = 1, rank: int = 0) -> None:
         check_int("max_tokens", max_tokens)
         check_int("num_replicas", num_replicas)
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:
-            raise ValueError(f"rank must be an integer in [0, {num_replicas - 1}] (num_replicas={num_replicas}), got {rank!r}")
+        check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
         if len(lengths) < num_replicas:
             raise ValueError(f"{len(lengths)} examples are too few to give each of num_replicas={num_replicas} processes one")
         longest = max(lengths)

@@ -26,7 +26,7 @@ from torch import Tensor
 from .config import FILE_PARAMETER_LIMIT, TransformerConfig
 from .model import Transformer, count_parameters, upgrade_state_dict
 from .tokenizers import tokenizer_from_dict
-from .validation import content_sha256, refusal_reason
+from .validation import check_int, content_sha256, refusal_reason
 
 __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
@@ -373,9 +373,10 @@ def check_contents(checkpoint: Mapping[str, Any], path: str | Path) -> None:
         if not isinstance(checkpoint[field], kind):
             raise fail(field, f"must be a {kind.__name__}, got {checkpoint[field]!r}")
     for field in ("step", "epoch"):
-        value = checkpoint[field]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise fail(field, f"must be an integer >= 0, got {value!r}")
+        try:
+            check_int(field, checkpoint[field], minimum=0)
+        except ValueError as error:
+            raise fail(field, error) from None
     _check_rng_state(checkpoint["rng_state"], fail)
 
 

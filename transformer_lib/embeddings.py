@@ -201,7 +201,8 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, max_len: int = 512, base: float = 10000.0) -> None:
         super().__init__()
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+        check_int("head_dim", head_dim, minimum=2)
+        if head_dim % 2:
             raise ValueError(
                 f"RoPE rotates pairs of coordinates, so head_dim must be a positive even number, got {head_dim!r}; "
                 "with d_model / n_heads odd, change d_model or n_heads"
@@ -233,8 +234,7 @@ class RotaryEmbedding(nn.Module):
 
 
 def _check_heads(n_heads: int) -> None:
-    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-        raise ValueError(f"n_heads must be a positive integer, got {n_heads!r}")
+    check_int("n_heads", n_heads)
 
 
 def _relative_distance(n_queries: int, n_keys: int, query_start: int, device: torch.device) -> Tensor:
@@ -333,8 +333,7 @@ class RelativePositionBias(nn.Module):
     def __init__(self, n_heads: int, max_distance: int, bidirectional: bool = True) -> None:
         super().__init__()
         _check_heads(n_heads)
-        if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 1:
-            raise ValueError(f"max_distance must be a positive integer, got {max_distance!r}")
+        check_int("max_distance", max_distance)
         self.n_heads = n_heads
         self.max_distance = max_distance
         self.bidirectional = bidirectional

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .validation import check_int
+
 __all__ = [
     "BleuScore",
     "corpus_bleu",
@@ -264,8 +266,7 @@ def paired_bootstrap(
     metrics = {"bleu": BLEU, "chrf": CHRF}
     if metric not in metrics:
         raise ValueError(f"metric must be one of {sorted(metrics)}, got {metric!r}")
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"n_samples must be a positive integer (sacrebleu uses 1000), got {n_samples!r}")
+    check_int("n_samples", n_samples)
     _check_pairs(baseline, references, metric)
     _check_pairs(system, references, metric)
     test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {metric: metrics[metric]()},

@@ -27,8 +27,9 @@ __all__ = [
 ]
 
 
-def check_int(name: str, value: object, minimum: int = 1, *, optional: bool = False) -> None:
-    """``value`` is an integer (not a bool) of at least ``minimum``; or ``None`` when ``optional``.
+def check_int(name: str, value: object, minimum: int = 1, *, maximum: int | None = None, optional: bool = False) -> None:
+    """``value`` is an integer (not a bool) of at least ``minimum`` (and at most ``maximum``); or ``None``
+    when ``optional``.
 
     Example:
         >>> check_int("n_heads", 0)
@@ -40,6 +41,8 @@ def check_int(name: str, value: object, minimum: int = 1, *, optional: bool = Fa
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if optional else ''}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be an integer in [{minimum}, {maximum}], got {value!r}")
 
 
 def check_bool(name: str, value: object) -> None:

@@ -167,22 +167,24 @@ class RunConfig:
         check_choice(flag("task"), self.task, TASKS)
         check_choice(flag("profile"), self.profile, PROFILES)
         check_choice(flag("preset"), self.preset, PRESETS)
-        check_choice(flag("schedule"), self.schedule, SCHEDULES)
-        check_choice(flag("amp"), self.amp, AMP_MODES)
-        for name in ("batch_size", "warmup_steps", "log_every", "beam_size", "batches_per_update"):
+        for name in ("batch_size", "beam_size"):
             check_int(flag(name), getattr(self, name))
         for name in self._family_fields("toy"):  # integers, set for a toy task (None otherwise)
             check_int(flag(name), getattr(self, name), optional=self.family != "toy")
-        for name in ("epochs", "max_steps", "eval_every", "checkpoint_every", "train_size", "vocab_size", "min_freq",
-                     "max_tokens"):
+        for name in ("train_size", "vocab_size", "min_freq", "max_tokens"):
             check_int(flag(name), getattr(self, name), optional=True)
-        check_int(flag("keep_weights"), self.keep_weights, minimum=0)
         check_int(flag("seed"), self.seed, minimum=0)
         _check_flags(self, ("compile", "lowercase"))
-        self._check_numbers()
+        check_number(flag("bleu_threshold"), self.bleu_threshold, 0, 100, high_open=False, optional=True)
+        if self.epochs is None and self.max_steps is None:
+            raise ValueError("set --epochs or --max-steps (or both): otherwise training never stops")
+        try:  # the trainer's and the model's settings, checked by their configs (the sizes of the data come later)
+            self.train_config(0, progress=False)
+            self.model_config(1000, 1000, 0)
+        except ValueError as error:
+            raise ValueError(_named_as_option(str(error))) from None
         check_maxima(self)
         self._check_family()
-        self.model_config(1000, 1000, 0)  # the model's fields, checked by TransformerConfig (sizes from the data later)
 
     @property
     def family(self) -> str:
@@ -192,16 +194,6 @@ class RunConfig:
     @classmethod
     def _family_fields(cls, family: str) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls) if f.metadata["task"] == family)
-
-    def _check_numbers(self) -> None:
-        check_number(flag("lr"), self.lr, 0, low_open=True, optional=True)
-        check_number(flag("label_smoothing"), self.label_smoothing, 0, 1)
-        check_number(flag("clip_norm"), self.clip_norm, 0, low_open=True, optional=True)
-        check_number(flag("weight_decay"), self.weight_decay, 0)
-        check_number(flag("target_exact_match"), self.target_exact_match, 0, 1, low_open=True, high_open=False, optional=True)
-        check_number(flag("bleu_threshold"), self.bleu_threshold, 0, 100, high_open=False, optional=True)
-        if self.epochs is None and self.max_steps is None:
-            raise ValueError("set --epochs or --max-steps (or both): otherwise training never stops")
 
     def _check_family(self) -> None:
         if self.family == "toy":
@@ -291,6 +283,13 @@ def _check_flags(options: Any, names: tuple[str, ...]) -> None:
         value = getattr(options, name)
         if not isinstance(value, bool):
             raise ValueError(f"{flag(name)} must be true or false, got {value!r}")
+
+
+def _named_as_option(message: str) -> str:
+    """A config's message about one of its fields, naming the option instead: ``lr must be ...`` becomes
+    ``--lr must be ...``."""
+    name = message.split(" ", 1)[0].split("=", 1)[0]
+    return flag(name) + message[len(name):] if name in {f.name for f in fields(RunConfig)} else message
 
 
 def check_maxima(options: Any) -> None:
