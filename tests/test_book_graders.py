@@ -1054,3 +1054,9 @@ def test_a_model_without_masks_fails_causality_and_padding_invariance() -> None:
     report = _graded(capstone.assemble(_capstone_config(), pieces), pieces)
     assert {"causality", "padding_invariance"} <= set(report.failed_checks), str(report)
     assert "Your Transformer (1 of 6 pieces yours)" in str(report).splitlines()[0]
+
+
+def test_assembling_leaves_the_global_random_state_alone() -> None:
+    before = torch.get_rng_state()
+    capstone.assemble(_capstone_config(), capstone.choose_pieces(**INDEPENDENT_PIECES))
+    assert torch.equal(torch.get_rng_state(), before)
