@@ -6,7 +6,7 @@
    encodings and tied output layer around it, the same data, initialisation scheme, optimizer,
    schedule, loss and evaluation (the same :class:`~transformer_lib.trainer.Trainer` updates).
    Only the encoder-decoder stack differs. The settings are the CLI's (``python -m
-   transformer_lib.train --task reverse``). The two runs are interleaved update by update, each
+   transformer_lib.cli.train --task reverse``). The two runs are interleaved update by update, each
    on its own clock, so that load on a shared machine hits both alike. Target: ours at least as
    fast, and under a minute on a 2-core CPU.
 2. **Training-step throughput** at the size of the book's headline run (``--task multi30k --profile
@@ -63,7 +63,7 @@ from transformer_lib.config import TransformerConfig  # noqa: E402
 from transformer_lib.cli.options import RunConfig  # noqa: E402
 from transformer_lib.cli.profiles import DEFAULTS  # noqa: E402
 from transformer_lib.trainer import Trainer, TrainConfig  # noqa: E402
-from transformer_lib.metrics import evaluate  # noqa: E402
+from transformer_lib.metrics import evaluate_teacher_forced  # noqa: E402
 
 # The headline run's data and batch (transformer_lib.train, --task multi30k --profile full).
 HEADLINE = DEFAULTS["multi30k"]["full"]
@@ -202,7 +202,7 @@ def reverse_to_100(quick: bool, device: torch.device, seed: int = 0) -> list[dic
             start = time.perf_counter()
             trainer.train_step(next(run["batches"]))
             if trainer.step % s["eval_every"] == 0 or trainer.step == trainer.total_steps:
-                run["exact_match"] = evaluate(trainer.model, heldout_loader, device=device)["exact_match"]
+                run["exact_match"] = evaluate_teacher_forced(trainer.model, heldout_loader, device=device)["exact_match"]
                 run["done"] = run["exact_match"] == 1.0 or trainer.step >= trainer.total_steps
             sync(device)
             run["clock"] += time.perf_counter() - start

@@ -10,7 +10,7 @@ import torch
 
 from transformer_lib.batching import make_loader
 from transformer_lib.config import TransformerConfig
-from transformer_lib.metrics import RunningMean, evaluate, exact_match_counts
+from transformer_lib.metrics import RunningMean, evaluate_teacher_forced, exact_match_counts
 from transformer_lib.model import Transformer
 from transformer_lib.toy_tasks import toy_task
 
@@ -65,7 +65,7 @@ def test_running_mean_weights_by_count_and_resets() -> None:
 def test_evaluate_reports_loss_perplexity_and_accuracy() -> None:
     model = _tiny_model()
     train, _ = toy_task("copy", 40, 0, n_symbols=8, longest=5)
-    metrics = evaluate(model, make_loader(train, 16, shuffle=False))
+    metrics = evaluate_teacher_forced(model, make_loader(train, 16, shuffle=False))
     assert metrics["ppl"] == pytest.approx(math.exp(metrics["loss"]))
     assert 0.0 <= metrics["token_accuracy"] <= 1.0 and metrics["n_sentences"] == 40
-    assert model.training  # evaluate puts the model back in the mode it found
+    assert model.training  # evaluate_teacher_forced puts the model back in the mode it found

@@ -20,7 +20,7 @@ from .device import autocast_context
 from .distributed import get_world_size
 from .losses import label_smoothed_cross_entropy
 
-__all__ = ["RunningMean", "token_accuracy", "exact_match_counts", "evaluate"]
+__all__ = ["RunningMean", "token_accuracy", "exact_match_counts", "evaluate_teacher_forced"]
 
 
 class RunningMean:
@@ -97,7 +97,7 @@ def exact_match_counts(logits: Tensor, target: Tensor, ignore_index: int = 0) ->
 
 
 @torch.no_grad()
-def evaluate(
+def evaluate_teacher_forced(
     model: nn.Module,
     batches: Iterable[Any],
     *,
@@ -139,7 +139,7 @@ def evaluate(
         for meter in (loss, accuracy, exact):
             meter.all_reduce()
     if exact.count == 0:  # summed over the processes: one process may hold no batch of a small split
-        raise ValueError("evaluate got no batches")
+        raise ValueError("evaluate_teacher_forced got no batches")
     return {
         "loss": loss.mean,
         "ppl": math.exp(min(loss.mean, 50.0)),

@@ -35,7 +35,7 @@ from .checkpoint import CHECKPOINT_FORMAT_VERSION, save_checkpoint, save_kept_we
 from .device import autocast_context, default_device, needs_grad_scaler
 from .distributed import data_parallel, get_rank, get_world_size, wait_for_all
 from .losses import TranslationLoss
-from .metrics import evaluate
+from .metrics import evaluate_teacher_forced
 from .schedules import make_optimizer, make_scheduler
 from .train_config import TrainConfig
 from .train_state import TrainState, restore_rng, rng_state
@@ -116,7 +116,7 @@ class Trainer:
             :class:`~transformer_lib.losses.TranslationLoss` with the config's ``label_smoothing``
             and ``pad_id``. Batches are moved to ``device`` first (objects with ``.to``, or tuples
             of tensors).
-        val_loader: batches for :func:`~transformer_lib.metrics.evaluate` (``None``: no validation).
+        val_loader: batches for :func:`~transformer_lib.metrics.evaluate_teacher_forced` (``None``: no validation).
         device: where to train (default: CUDA when available, else CPU).
         checkpoint_path: where :meth:`save` writes (``None``: never saves).
         metadata: what the checkpoint holds besides the training state: ``model_config``,
@@ -366,7 +366,7 @@ class Trainer:
             return
         self._check_finite()
         elapsed = self.state.elapsed_now()  # the time it took to train the model being evaluated
-        metrics = evaluate(
+        metrics = evaluate_teacher_forced(
             self.model, self.val_loader, device=self.device, pad_id=self.config.pad_id, amp=self.config.amp,
             all_reduce=self.world_size > 1,
         )

@@ -65,7 +65,7 @@ from ..checkpoint import average_checkpoints, checkpoint_metadata, kept_weights,
 from ..config import TransformerConfig
 from ..device import parse_device
 from ..distributed import DistributedSetup, setup_distributed, teardown_distributed, wait_for_all
-from ..metrics import evaluate
+from ..metrics import evaluate_teacher_forced
 from ..model import Transformer, count_parameters
 from ..prepared import PreparedTranslation, prepare_multi30k
 from ..tokenizers import TOKENIZERS, SymbolTokenizer, tokenizer_from_dict
@@ -522,7 +522,7 @@ def _val_bleu_record(run: _Run, data: _Data, model: Transformer) -> dict[str, fl
 
 
 def _evaluate_split(run: _Run, trainer: Trainer, data: _Data, split: str) -> dict[str, float]:
-    return evaluate(trainer.model, _loader(run, data, split, shuffle=False), device=run.device,
+    return evaluate_teacher_forced(trainer.model, _loader(run, data, split, shuffle=False), device=run.device,
                     pad_id=trainer.config.pad_id, amp=trainer.config.amp, all_reduce=run.processes.world_size > 1)
 
 
