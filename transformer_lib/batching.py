@@ -439,12 +439,13 @@ def make_loader(
     else:
         # Sort by the longer side first: both source and target batches then need little padding.
         keys = [(max(s, t), s, t) for s, t in zip(data.src_lengths, data.tgt_lengths)]
+        assert batch_size is not None  # checked above: exactly one of the two is given
         sampler = BucketBatchSampler(
             keys, batch_size,
             bucket=bucket, pool_batches=pool_batches, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank,
         )
     return torch.utils.data.DataLoader(
-        data,
+        data,  # type: ignore[arg-type]  # a map-style dataset (__getitem__, __len__), not a Dataset subclass
         batch_sampler=sampler,
         collate_fn=partial(collate, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, pad_multiple=pad_multiple),
         pin_memory=pin_memory,

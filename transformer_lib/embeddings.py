@@ -66,7 +66,7 @@ class TokenEmbedding(nn.Module):
     @property
     def weight(self) -> nn.Parameter:
         """The ``(V, D)`` table; tying makes this the very same Parameter as the output projection's."""
-        return self.embedding.weight
+        return self.embedding.weight  # type: ignore[return-value]  # nn.Embedding.weight is a Parameter
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.embedding(tokens) * self.scale  # (B, L, D)
@@ -117,6 +117,8 @@ class SinusoidalPositionalEncoding(_PositionalBase):
     Shape:
         x ``(B, L, D)`` -> ``(B, L, D)``; ``start`` offsets positions (incremental decoding).
     """
+
+    pe: Tensor  # (max_len, D), a buffer
 
     def __init__(self, d_model: int, max_len: int = 512) -> None:
         super().__init__()
@@ -198,6 +200,9 @@ class RotaryEmbedding(nn.Module):
         >>> torch.allclose(rope(q).norm(dim=-1), q.norm(dim=-1))  # a rotation keeps lengths
         True
     """
+
+    cos: Tensor  # (max_len, Dh/2), a buffer
+    sin: Tensor  # (max_len, Dh/2), a buffer
 
     def __init__(self, head_dim: int, max_len: int = 512, base: float = 10000.0) -> None:
         super().__init__()
@@ -296,6 +301,8 @@ class ALiBiBias(nn.Module):
                 [-0.0625,  0.0000, -0.0625],
                 [-0.1250, -0.0625,  0.0000]])
     """
+
+    slopes: Tensor  # (H,), a buffer
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()
