@@ -286,7 +286,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise AssertionError(f"the two models disagree by {difference:.2e}: the comparison would not be fair")
 
     def ours_forward(module: nn.Module, batch: Batch) -> Tensor:
-        return module(batch.src, batch.tgt_in, *ours.make_masks(batch.src, batch.tgt_in))
+        return module(batch.src, batch.tgt_in)  # as the trainer calls it: the model makes its masks (CAUSAL)
 
     def theirs_forward(module: nn.Module, batch: Batch) -> Tensor:
         return module(batch.src, batch.tgt_in)

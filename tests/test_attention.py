@@ -9,8 +9,8 @@ import torch
 from errors import raises
 import torch.nn.functional as F
 
-from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer_lib.masking import causal_mask, padding_mask, to_torch_blocked
+from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention, stacked_linear
+from transformer_lib.masking import CAUSAL, causal_mask, padding_mask, to_torch_blocked
 from transformer_lib.normalization import NORMS
 from transformer_lib.reference import torch_multihead_attention
 
@@ -327,3 +327,35 @@ def test_qk_norm_bounds_the_scores_however_large_the_projections_grow() -> None:
 def test_torch_reference_refuses_qk_norm() -> None:
     with raises(ValueError, "QK-norm"):
         torch_multihead_attention(MultiHeadAttention(8, 2, qk_norm=NORMS["layernorm"]))
+
+
+@pytest.mark.parametrize("n_kv_heads, d_v, bias", [(None, None, True), (2, None, True), (None, 3, False)])
+def test_self_attention_projects_with_one_product_as_the_three_projections_do(n_kv_heads: int | None, d_v: int | None,
+                                                                               bias: bool) -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, d_v=d_v, bias=bias)
+    x = torch.randn(2, 5, 16)
+    stacked = mha.project(x, x, x)  # one matrix product (self-attention)
+    separate = mha.project(x, x.clone(), x.clone())  # three
+    # same products of the same operands, up to the kernels' blocking of sums of 16 terms
+    for a, b in zip(stacked, separate):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=2 * 16 * 2.0**-24 * float(b.detach().abs().max()), rtol=0)
+    torch.testing.assert_close(stacked_linear(x, mha.k_proj, mha.v_proj), torch.cat([mha.k_proj(x), mha.v_proj(x)], -1))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("T, L, positions", [(6, 6, False), (2, 6, False), (6, 6, True)])
+def test_causal_marker_is_the_causal_mask(need_weights: bool, T: int, L: int, positions: bool) -> None:
+    """CAUSAL reaches the kernel as is_causal=True where it can (T == L, no bias, no weights) and is
+    made into causal_mask otherwise (fewer queries than keys: a key/value cache; a score bias)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    q, k, v = torch.randn(2, 4, T, 4), torch.randn(2, 4, L, 4), torch.randn(2, 4, L, 4)
+    bias = torch.randn(1, 4, T, L) if positions else None
+    expected = mha.attend(q, k, v, causal_mask(T, L), need_weights, bias)
+    got = mha.attend(q, k, v, CAUSAL, need_weights, bias)
+    torch.testing.assert_close(got[0], expected[0], atol=ATOL, rtol=0)
+    if need_weights:
+        assert torch.equal(got[1], expected[1])
+    assert repr(CAUSAL) == "CAUSAL" and torch.equal(CAUSAL.materialise(T, L), causal_mask(T, L))

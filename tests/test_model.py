@@ -11,6 +11,8 @@ from torch import nn
 
 from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.kv_cache import kv_cache
+from transformer_lib.losses import label_smoothed_cross_entropy
+from transformer_lib.masking import CAUSAL, causal_mask, padding_mask, target_mask
 from transformer_lib.config import PRESETS, TransformerConfig
 from transformer_lib.model import Transformer, count_parameters
 from transformer_lib.reference import TorchTransformer
@@ -100,15 +102,55 @@ def test_padding_invariance_appending_source_pads_changes_nothing(norm_first: bo
 def test_masks_left_out_are_the_padding_and_causal_masks(norm_first: bool) -> None:
     model = Transformer(tiny(norm_first=norm_first)).eval()
     src, tgt = batch()
-    expected = model(src, tgt, *model.make_masks(src, tgt))
-    assert torch.equal(model(src, tgt), expected)
-    assert torch.equal(model(src, tgt, tgt_mask=model.make_masks(src, tgt)[1]), expected)
+    src_mask, tgt_mask = model.make_masks(src, tgt)
+    assert torch.equal(model(src, tgt), model(src, tgt, src_mask, CAUSAL))
+    # CAUSAL (the fused causal kernel) in place of the target mask: the same logits at every real
+    # target position (right padding), up to the other kernel's rounding
+    expected, got = model(src, tgt, src_mask, tgt_mask), model(src, tgt)
+    real = tgt != PAD
+    c = model.config
+    atol = reordering_atol(expected, c.n_encoder_layers + c.n_decoder_layers + 1, max(c.d_model, c.d_ff, tgt.size(1)))
+    torch.testing.assert_close(got[real], expected[real], atol=atol, rtol=0)
     maps = model.attention_maps(src, tgt)
     future = maps.decoder_self[0][:, :, 0, 1:]  # what position 0 gives to later positions
     assert torch.count_nonzero(future) == 0, "without masks the decoder read the future"
     # the check can fail: an explicit all-True target mask lets position 0 see the future
     everything = torch.ones(1, 1, tgt.size(1), tgt.size(1), dtype=torch.bool)
     assert torch.count_nonzero(model.attention_maps(src, tgt, tgt_mask=everything).decoder_self[0][:, :, 0, 1:]) > 0
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_causal_kernel_gives_the_explicit_masks_loss_and_gradients_on_right_padded_targets(norm_first: bool) -> None:
+    """Training with CAUSAL (``is_causal=True``, no T x T mask) is training with target_mask: a real
+    position sees no later one, so no pad; the pads' own outputs are not scored."""
+    torch.manual_seed(0)
+    model = Transformer(tiny(norm_first=norm_first, dropout=0.0))  # training mode, no randomness
+    src, tgt = batch(B=4, S=7, T=8)
+    tgt[2, 3:], tgt[3, 6:] = PAD, PAD  # right-padded targets of several lengths
+    out = torch.roll(tgt, -1, dims=1).masked_fill(tgt == PAD, PAD)  # scored targets: pads not scored
+
+    def loss_and_grads(tgt_mask: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        logits = model(src, tgt, padding_mask(src, PAD), tgt_mask)
+        loss = label_smoothed_cross_entropy(logits, out, 0.1, PAD, "sum")
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    loss_causal, grads_causal = loss_and_grads(None)  # the default: CAUSAL
+    loss_explicit, grads_explicit = loss_and_grads(target_mask(tgt, PAD))
+    c = model.config
+    depth, width = c.n_encoder_layers + c.n_decoder_layers + 1, max(c.d_model, c.d_ff, tgt.size(1), int(out.ne(PAD).sum()))
+    torch.testing.assert_close(loss_causal, loss_explicit, atol=reordering_atol(loss_explicit, depth, width), rtol=0)
+    assert grads_causal.keys() == grads_explicit.keys()
+    for name, grad in grads_explicit.items():  # twice the depth: the backward pass retraces every sum
+        torch.testing.assert_close(grads_causal[name], grad, atol=reordering_atol(grad, 2 * depth, width), rtol=0, msg=name)
+    # the check can fail: causal masking of a *left*-padded target lets real positions see the pads
+    left = tgt.clone()
+    left[2] = torch.roll(tgt[2], 5)  # row 2: its five pads, then its three tokens
+    mask = target_mask(left, PAD)
+    with torch.no_grad():
+        a, b = model(src, left, padding_mask(src, PAD), mask), model(src, left, padding_mask(src, PAD), causal_mask(8))
+    assert not torch.allclose(a[2, -1], b[2, -1], atol=1e-3)
 
 
 def test_fully_masked_rows_produce_no_nan() -> None:

@@ -28,9 +28,35 @@ from torch import Tensor, nn
 from .validation import check_bias, check_bool, check_floats, check_int, check_mask, check_number
 
 __all__ = [
-    "scaled_dot_product_attention", "softmax_attention", "fused_attention", "share_key_value_heads", "MultiHeadAttention",
-    "linear_attention", "causal_linear_attention",
+    "CausalMask", "CAUSAL", "scaled_dot_product_attention", "softmax_attention", "fused_attention",
+    "share_key_value_heads", "stacked_linear", "MultiHeadAttention", "linear_attention", "causal_linear_attention",
 ]
+
+
+class CausalMask:
+    """Causal masking and nothing else, not made into a tensor: :data:`CAUSAL` (chapter 2's causal mask).
+
+    Attention passes it to ``F.scaled_dot_product_attention`` as ``is_causal=True``, whose kernels
+    skip the future without reading a ``T x T`` mask (the flash kernel: memory linear in ``T``), and
+    makes the tensor (:meth:`materialise`) where one is needed: for the attention weights, a score
+    bias, or fewer queries than keys. :class:`~transformer_lib.model.Transformer` uses it for the
+    decoder's self-attention when no target mask is given: with *right*-padded targets (as
+    :func:`~transformer_lib.batching.collate` makes them) the causal mask alone gives every real
+    position the output :func:`~transformer_lib.masking.target_mask` gives it, since a real position
+    sees no later position, pads included, and what pad positions compute is never read.
+    Left-padded targets need :func:`~transformer_lib.masking.target_mask`.
+    """
+
+    def materialise(self, n_queries: int, n_keys: int, device: torch.device | str | None = None) -> Tensor:
+        """The mask as a tensor, :func:`~transformer_lib.masking.causal_mask` ``(n_queries, n_keys)``:
+        ``(1, 1, T, n_keys)``, the queries the last ``T`` positions."""
+        return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(n_keys - n_queries)[None, None]
+
+    def __repr__(self) -> str:
+        return "CAUSAL"
+
+
+CAUSAL = CausalMask()
 
 
 def scaled_dot_product_attention(
@@ -92,13 +118,21 @@ def softmax_attention(
 
 
 def fused_attention(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0,
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | CausalMask | None = None, dropout_p: float = 0.0,
     bias: Tensor | None = None,
 ) -> Tensor:
     """The same attention through PyTorch's fused ``F.scaled_dot_product_attention`` (less memory,
     no weights returned), on ``(B, H, T, Dk)`` queries and ``(B, Hkv, L, ...)`` keys and values.
-    ``bias``: a float tensor added to the scores (positions inside attention, chapter 7)."""
+    ``bias``: a float tensor added to the scores (positions inside attention, chapter 7).
+    ``mask``: a boolean tensor, or :data:`~transformer_lib.masking.CAUSAL`, which reaches the kernel as
+    ``is_causal=True`` (no ``T x L`` mask is made: the flash kernel, memory linear in ``T``) when the
+    queries are the keys' positions (``T == L``) and there is no bias; otherwise it becomes
+    :func:`~transformer_lib.masking.causal_mask`."""
     B, H, T, L = query.size(0), query.size(1), query.size(2), key.size(2)
+    if isinstance(mask, CausalMask):
+        if bias is None and T == L:
+            return _sdpa(query, key, value, dropout_p=dropout_p, is_causal=True)  # (B, H, T, Dv)
+        mask = mask.materialise(T, L, query.device)  # (1, 1, T, L)
     if mask is not None:
         check_mask(mask, (B, H, T, L))
     attn_mask = mask
@@ -106,10 +140,7 @@ def fused_attention(
         check_bias(bias, (B, H, T, L))
         bias = bias.to(query.dtype)
         attn_mask = bias if mask is None else torch.where(mask, bias, float("-inf"))  # (B, H, T, L)
-    if key.size(1) != H and not _SDPA_SHARES_HEADS:  # grouped-query attention on an older PyTorch
-        key, value = share_key_value_heads(query, key, value)
-    grouped = {"enable_gqa": True} if key.size(1) != H else {}  # K/V heads shared in the kernel, not copied
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, **grouped)  # (B, H, T, Dv)
+    out = _sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, Dv)
     # (Compiled graphs keep the guard: the probe below cannot run inside one.)
     if mask is not None and (torch.compiler.is_compiling() or not _fused_attention_zeroes_empty_rows(query.device, query.dtype)):
         # Older PyTorch releases return NaN for a query with no visible key; make it 0, as the
@@ -118,8 +149,30 @@ def fused_attention(
     return out
 
 
+def _sdpa(query: Tensor, key: Tensor, value: Tensor, **options: object) -> Tensor:
+    """``F.scaled_dot_product_attention`` with ``Hkv`` key/value heads shared by the ``H`` query heads."""
+    if key.size(1) != query.size(1) and not _SDPA_SHARES_HEADS:  # grouped-query attention on an older PyTorch
+        key, value = share_key_value_heads(query, key, value)
+    grouped = {"enable_gqa": True} if key.size(1) != query.size(1) else {}  # K/V heads shared in the kernel, not copied
+    return F.scaled_dot_product_attention(query, key, value, **grouped, **options)  # (B, H, T, Dv)
+
+
 # F.scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
 _SDPA_SHARES_HEADS = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
+def stacked_linear(x: Tensor, *layers: nn.Linear) -> Tensor:
+    """``torch.cat([layer(x) for layer in layers], dim=-1)`` in one matrix product: the layers' weights
+    stacked (and their biases), as ``nn.MultiheadAttention``'s ``in_proj_weight`` stacks its three
+    projections. One kernel (and one in the backward pass) instead of one per layer and no copy of
+    the outputs; the same numbers up to the rounding of a differently blocked product.
+
+    Shape:
+        ``(..., D_in)`` -> ``(..., sum of the layers' out_features)``.
+    """
+    weight = torch.cat([layer.weight for layer in layers])  # (sum of out_features, D_in)
+    biases = [layer.bias for layer in layers]
+    return F.linear(x, weight, None if any(b is None for b in biases) else torch.cat(biases))
 
 
 def share_key_value_heads(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
@@ -238,10 +291,22 @@ class MultiHeadAttention(nn.Module):
         weights_dtype = self.q_proj.weight.dtype
         for name, x, width in (("query", query, self.d_model), ("key", key, self.kdim), ("value", value, self.vdim)):
             check_floats(name, x, weights_dtype, width)
-        q = self.project_query(query)  # (B, H, T, Dk)
-        k, v = self.project_key_value(key, value)  # (B, H, L, Dk), (B, H, L, Dv)
+        q, k, v = self.project(query, key, value)  # (B, H, T, Dk), (B, H, L, Dk), (B, H, L, Dv)
         out, attn_weights = self.attend(q, k, v, mask, need_weights)  # (B, H, T, Dv)
         return self.out_proj(self.merge_heads(out)), attn_weights  # (B, T, d_out)
+
+    def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values, one per head: ``(B, H, T, Dk)``, ``(B, Hkv, L, Dk)``, ``(B, Hkv, L, Dv)``.
+
+        The three projections of :meth:`project_query` and :meth:`project_key_value`; in
+        self-attention (one tensor is query, key and value) made by one matrix product with the
+        three weights stacked (:func:`stacked_linear`), as ``nn.MultiheadAttention`` does.
+        """
+        if not (query is key and key is value and self._stacks_projections()):
+            return self.project_query(query), *self.project_key_value(key, value)
+        qkv = self.split_heads(stacked_linear(query, self.q_proj, self.k_proj, self.v_proj), self.d_k)  # (B, H+2Hkv, T, Dk)
+        q, k, v = qkv.split([self.n_heads, self.n_kv_heads, self.n_kv_heads], dim=1)  # (B, H, T, Dk), (B, Hkv, T, Dk) x 2
+        return self.query_norm(q), self.key_norm(k), v
 
     def project_query(self, query: Tensor) -> Tensor:
         """Queries ``(B, T, d_model)`` -> one per head, ``(B, H, T, Dk)`` (normalised with QK-norm)."""
@@ -249,17 +314,31 @@ class MultiHeadAttention(nn.Module):
 
     def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Keys ``(B, L, kdim)`` and values ``(B, L, vdim)`` -> one per key/value head, ``(B, Hkv, L, Dk)``
-        and ``(B, Hkv, L, Dv)`` (``Hkv = H`` unless grouped-query; the keys normalised with QK-norm)."""
-        k = self.key_norm(self.split_heads(self.k_proj(key), self.d_k))  # (B, Hkv, L, Dk)
-        return k, self.split_heads(self.v_proj(value), self.d_v)  # (B, Hkv, L, Dk), (B, Hkv, L, Dv)
+        and ``(B, Hkv, L, Dv)`` (``Hkv = H`` unless grouped-query; the keys normalised with QK-norm).
+        Keys and values of one tensor (the encoder's memory) come from one matrix product."""
+        if key is value and self._stacks_projections():
+            k, v = self.split_heads(stacked_linear(key, self.k_proj, self.v_proj), self.d_k).chunk(2, dim=1)  # (B, Hkv, L, Dk) x 2
+        else:
+            k, v = self.split_heads(self.k_proj(key), self.d_k), self.split_heads(self.v_proj(value), self.d_v)
+        return self.key_norm(k), v  # (B, Hkv, L, Dk), (B, Hkv, L, Dv)
+
+    def _stacks_projections(self) -> bool:
+        """Whether projections of one input are made by one product: when the heads of queries, keys
+        and values are equally wide, so that :meth:`split_heads` splits them all at once, and only
+        with this class's :meth:`split_heads` (one redefined, e.g. a pitfall of chapter 1, may assume
+        ``H`` heads: it gets the projections one by one)."""
+        return self.d_k == self.d_v and type(self).split_heads is MultiHeadAttention.split_heads
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, bias: Tensor | None = None
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | CausalMask | None, need_weights: bool,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Every head at once: ``(B, H, T, Dk)`` queries over ``(B, H, L, ...)`` keys and values
-        (``bias``: added to the scores, chapter 7)."""
+        (``bias``: added to the scores, chapter 7; ``mask`` may be ``CAUSAL``, chapter 2)."""
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:  # the explicit formula, which has the weights to return
+            if isinstance(mask, CausalMask):
+                mask = mask.materialise(q.size(2), k.size(2), q.device)  # (1, 1, T, L)
             return scaled_dot_product_attention(q, k, v, mask, dropout_p, bias)
         return fused_attention(q, k, v, mask, dropout_p, bias), None  # same numbers, less memory
 

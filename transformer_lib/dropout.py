@@ -15,7 +15,8 @@ returns its input unchanged. What differs is how the random keep/drop decisions 
 Both use PyTorch's default generator, so ``torch.manual_seed`` makes a run repeat exactly and a
 checkpoint that saves the generator's state resumes exactly. The masks differ from
 ``nn.Dropout``'s for the same seed. On other devices (CUDA, MPS), where PyTorch's own dropout is a
-fused kernel, ``Dropout`` calls it.
+fused kernel, and inside a ``torch.compile`` graph (which draws its own random numbers), ``Dropout``
+calls it.
 """
 
 from __future__ import annotations
@@ -53,13 +54,19 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     if not training or p == 0.0:
         return x
     drop = round(p * _WORD)  # how many of the 2^32 integers mean "drop"
-    if x.device.type != "cpu" or not 0 < drop < _WORD:  # fused kernels elsewhere; p of almost 0 or 1
+    # Fused kernels elsewhere, and in compiled graphs (which draw their own random numbers; the
+    # in-place random_ below would break the graph); p of almost 0 or 1.
+    if x.device.type != "cpu" or torch.compiler.is_compiling() or not 0 < drop < _WORD:
         return F.dropout(x, p, training=True)
-    n = x.numel()
-    words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None)  # 64 uniform random bits each
-    uniform = words.view(torch.int32)[:n].view(x.shape)  # uniform on [-2^31, 2^31), two per word
+    if x.dim() > 0 and x.size(-1) % 2 == 0:  # words laid out as x's rows: one view, no copy (same bits)
+        words = torch.empty(*x.shape[:-1], x.size(-1) // 2, dtype=torch.int64).random_(-(2**63), None)
+        uniform = words.view(torch.int32)  # x's shape, uniform on [-2^31, 2^31), two per word
+    else:
+        n = x.numel()
+        words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None)  # 64 uniform random bits each
+        uniform = words.view(torch.int32)[:n].view(x.shape)  # uniform on [-2^31, 2^31), two per word
     keep = uniform >= drop - _WORD // 2  # probability 1 - drop / 2^32
-    return x * keep.to(x.dtype).mul_(_WORD / (_WORD - drop))  # kept elements scaled so E[output] = x
+    return (x * keep).mul_(_WORD / (_WORD - drop))  # kept elements scaled so E[output] = x
 
 
 class Dropout(nn.Dropout):

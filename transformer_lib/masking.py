@@ -16,6 +16,7 @@ Masks are built so that they broadcast against attention scores of shape ``(B, H
     padding_mask(tokens)   (B, 1, 1, L)   per key: is this key a real token?
     causal_mask(T)         (1, 1, T, T)   per query/key pair: is the key not in the future?
     target_mask(tgt)       (B, 1, T, T)   both of the above, combined with logical AND
+    CAUSAL                 (not a tensor) causal_mask's meaning, for the fused causal kernel
     sliding_window_mask(T, window=W)  (1, 1, T, T)   is the key among the W nearest? (chapter 7)
 """
 
@@ -24,6 +25,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .attention import CAUSAL, CausalMask  # defined with the attention that reads it (chapter 1)
+
 
 __all__ = [
     "padding_mask",
@@ -31,6 +34,8 @@ __all__ = [
     "sliding_window_mask",
     "combine_masks",
     "target_mask",
+    "CausalMask",
+    "CAUSAL",
     "to_torch_blocked",
 ]
 

@@ -25,7 +25,7 @@ from .blocks import GATED_ACTIVATIONS, Decoder, DecoderLayer, Encoder, EncoderLa
 from .config import TransformerConfig
 from .dropout import Dropout
 from .embeddings import TokenEmbedding
-from .masking import padding_mask, target_mask
+from .masking import CAUSAL, padding_mask, target_mask
 from .normalization import NORMS
 from .positions import POSITIONAL, attention_options
 from .validation import check_token_ids
@@ -216,13 +216,17 @@ class Transformer(nn.Module):
         return h
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None) -> Tensor:
-        """Teacher forcing: logits ``(B, T, V_tgt)``. Masks left out are :meth:`make_masks`'s, never
-        "attend to everything" (a teacher-forced pass without a causal mask would read the answer).
+        """Teacher forcing: logits ``(B, T, V_tgt)``. Masks left out are never "attend to everything"
+        (a teacher-forced pass without a causal mask would read the answer): ``src_mask`` is
+        :func:`padding_mask`'s, ``tgt_mask`` is :data:`~transformer_lib.masking.CAUSAL`, the fused
+        causal kernel, which is right for *right*-padded targets (every real position's logits are
+        :func:`target_mask`'s; see :class:`~transformer_lib.masking.CausalMask`). Pass
+        ``target_mask(tgt, pad_id)`` for left-padded targets.
         The ids' dtypes and shapes are checked, not their values (that would wait for a GPU)."""
         check_sequences(src, "src")
         check_sequences(tgt, "tgt")
         src_mask = padding_mask(src, self.config.pad_id) if src_mask is None else src_mask
-        tgt_mask = target_mask(tgt, self.config.pad_id) if tgt_mask is None else tgt_mask
+        tgt_mask = CAUSAL if tgt_mask is None else tgt_mask
         memory = self.encode(src, src_mask)
         return self.output_layer(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
 
