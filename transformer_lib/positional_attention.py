@@ -25,7 +25,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from .attention import CausalMask, MultiHeadAttention
 
 __all__ = ["RotaryAttention", "BiasedAttention"]
 
@@ -54,11 +54,12 @@ class RotaryAttention(MultiHeadAttention):
             raise ValueError(f"rotary rotates vectors of width {rotary.head_dim}, but the heads have d_k={self.d_k}")
         self.rotary = rotary
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | CausalMask | None, need_weights: bool,
+               bias: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         start = _query_start(q, k)
         q = self.rotary(q, start)  # (B, H, T, Dk): query i turned by its position start + i
         k = self.rotary(k, 0)  # (B, H, L, Dk): key j turned by j
-        return super().attend(q, k, v, mask, need_weights)
+        return super().attend(q, k, v, mask, need_weights, bias=bias)
 
 
 class BiasedAttention(MultiHeadAttention):
@@ -76,6 +77,8 @@ class BiasedAttention(MultiHeadAttention):
             raise ValueError(f"position_bias has {position_bias.n_heads} heads, but this layer has n_heads={n_heads}")
         self.position_bias = position_bias
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        bias = self.position_bias(q.size(2), k.size(2), _query_start(q, k))  # (1, H, T, L)
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | CausalMask | None, need_weights: bool,
+               bias: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        position = self.position_bias(q.size(2), k.size(2), _query_start(q, k))  # (1, H, T, L)
+        bias = position if bias is None else bias + position
         return super().attend(q, k, v, mask, need_weights, bias=bias)  # the bias joins the scores
