@@ -4,7 +4,7 @@ Three layers, each importing only the ones below it: the core (the modules direc
 package), the applications (:mod:`transformer_lib.cli`: the train and translate command lines and
 everything about runs), and the book's support (:mod:`transformer_lib.book`). The core holds one
 subject per module, in the order the book introduces them, with the chapters that use it (the
-README's table says what each holds and names its tests):
+site's library page, book/api.md, says what each holds and names its tests):
 
     validation            checks where input enters   every chapter
     device                CPU or GPU, autocast        every chapter
