@@ -352,3 +352,19 @@ def test_the_readme_headline_is_read_from_the_shipped_file():
     for key in ("test_bleu", "test_bleu_lowercased"):
         assert f"{head[key]:.1f}" in text, f"the headline omits {key} = {head[key]:.1f}"
     assert head["signature"] in text
+
+
+def test_the_readme_carries_the_model_card_and_points_to_the_api_page():
+    """Issue 46: the README states the card's licence, intended use and limitations as the file does,
+    and links the site's library page, which documents sharing a model and the ONNX export."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    card = pretrained.info().card
+    assert "non-commercial research and education" in text and "non-commercial" in card["data"]["license"]
+    assert f"*Code:* {card['code_license']}" in text
+    for word in ("caption-domain", "lowercase bias", "long inputs", "Intended use", "pretrained.info().card"):
+        assert word in text, word
+    assert "(book/api.md)" in text
+    api = (ROOT / "book" / "api.md").read_text()
+    for needed in ("python -m transformer_lib.cli.export", "python -m transformer_lib.cli.onnx_export",
+                   "pretrained.load(", "content_sha256", ".. automodule:: transformer_lib.pretrained"):
+        assert needed in api, needed
