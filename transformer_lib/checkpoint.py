@@ -3,8 +3,8 @@
 A checkpoint is a plain dict of Python values and tensors (:data:`CHECKPOINT_KEYS` lists what
 every one holds; :func:`checkpoint_metadata` builds the part that describes the model and its
 data), written atomically with a SHA-256 checksum and read with ``torch.load(weights_only=True)``.
-Files of the first format are read too (:func:`upgrade_checkpoint` brings them up to date in
-memory). :func:`average_checkpoints` averages the weights of the last few (Vaswani et al. 2017,
+Files of an older format are refused, naming the version that reads them
+(:data:`READ_BY`). :func:`average_checkpoints` averages the weights of the last few (Vaswani et al. 2017,
 section 6.1).
 """
 
@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from .config import FILE_PARAMETER_LIMIT, TransformerConfig
-from .model import Transformer, count_parameters, upgrade_state_dict
+from .model import Transformer, count_parameters
 from .tokenizers import tokenizer_from_dict
 from .validation import check_int, content_sha256, refusal_reason
 
@@ -32,7 +32,6 @@ __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
     "parameter_count",
     "model_config_from_file",
-    "upgrade_checkpoint",
     "CHECKPOINT_KEYS",
     "CheckpointError",
     "checkpoint_metadata",
@@ -55,6 +54,8 @@ __all__ = [
 # 2: the tokenizers (each with its kind) replace format 1's vocabularies and BPE JSON, and the
 # output layer's weight is "output_layer.weight" (format 1: "generator.weight").
 CHECKPOINT_FORMAT_VERSION = 2
+# The last release that reads each older format.
+READ_BY = {1: "tested-transformer 0.2.0"}
 # What every checkpoint holds. The first five describe the model and its data, so a checkpoint
 # alone is enough to rebuild the model and translate; the rest let training resume exactly.
 CHECKPOINT_KEYS = (
@@ -288,11 +289,14 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device | None = 
             f"{path} holds a {kind} without 'format_version': not a transformer_lib checkpoint "
             "(a bare state_dict, perhaps; load that with model.load_state_dict(torch.load(...)))"
         )
-    if checkpoint["format_version"] not in (1, CHECKPOINT_FORMAT_VERSION):
-        raise CheckpointError(
-            f"{path} has checkpoint format_version {checkpoint['format_version']!r}; this library reads "
-            f"versions 1 and {CHECKPOINT_FORMAT_VERSION}"
-        )
+    version = checkpoint["format_version"]
+    if version in READ_BY:
+        raise CheckpointError(f"{path} is a checkpoint of format {version}, which {READ_BY[version]} reads "
+                              f"(pip install '{READ_BY[version].replace(' ', '==')}'); this version reads format "
+                              f"{CHECKPOINT_FORMAT_VERSION}")
+    if version != CHECKPOINT_FORMAT_VERSION:
+        raise CheckpointError(f"{path} has checkpoint format_version {version!r}; this library reads version "
+                              f"{CHECKPOINT_FORMAT_VERSION}")
     stored = checkpoint.get("checksum")  # absent in checkpoints written before checksums existed
     if stored is not None:
         expected = stored.get("sha256") if isinstance(stored, dict) else None
@@ -301,11 +305,6 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device | None = 
                 f"{path} is corrupt: its contents do not match the SHA-256 checksum stored when it was "
                 "written (the file changed on disk or in a copy); use a backup, or start over with --restart"
             )
-    if checkpoint["format_version"] == 1:
-        try:
-            checkpoint = upgrade_checkpoint(checkpoint)
-        except (CheckpointError, KeyError, TypeError, ValueError, AttributeError) as error:
-            raise CheckpointError(f"{path}: a format-1 checkpoint that cannot be read: {type(error).__name__}: {error}") from None
     _check_keys(checkpoint, str(path))
     check_contents(checkpoint, path)
     return checkpoint
@@ -442,46 +441,6 @@ def _check_rng_state(rng: Any, fail: Callable[[str, object], CheckpointError]) -
                        f"state is torch.uint8 of shape {expected}")
         if cuda is not None and (not isinstance(cuda, Tensor) or cuda.dtype != torch.uint8 or cuda.dim() != 1 or not cuda.numel()):
             raise fail(f"{field}['cuda']", "must be a non-empty 1-D torch.uint8 tensor")
-
-
-# The entries of format 1 that format 2 replaced.
-_FORMAT_1_KEYS = ("format_version", "model_config", "model_state", "src_vocab", "tgt_vocab", "task", "data")
-
-
-def upgrade_checkpoint(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-    """A format-1 checkpoint in today's format (2), in memory: its vocabularies (and the BPE model's
-    JSON) become ``tokenizers`` with their kind, and its weights get today's names
-    (:func:`transformer_lib.model.upgrade_state_dict`). Of the BPE JSON only the vocabulary and
-    the merges are read; normalisation and splitting are the library's. The result carries
-    ``upgraded_from: 1``. A current checkpoint comes back unchanged.
-    """
-    if checkpoint.get("format_version") == CHECKPOINT_FORMAT_VERSION:
-        return dict(checkpoint)
-    missing = [key for key in _FORMAT_1_KEYS if key not in checkpoint]
-    if missing:
-        raise CheckpointError(f"a format-1 checkpoint lacks {missing}")
-    upgraded = {key: value for key, value in checkpoint.items() if key not in ("src_vocab", "tgt_vocab", "checksum")}
-    data = dict(checkpoint["data"] or {})
-    subword = data.pop("subword_model", None)
-    upgraded.update(
-        format_version=CHECKPOINT_FORMAT_VERSION, data=data, upgraded_from=1,
-        model_state=upgrade_state_dict(checkpoint["model_state"]),
-        tokenizers={side: _format_1_tokenizer(checkpoint, side, data, subword) for side in ("src", "tgt")},
-    )
-    return upgraded
-
-
-def _format_1_tokenizer(checkpoint: Mapping[str, Any], side: str, data: Mapping[str, Any], subword: str | None) -> dict[str, Any]:
-    """One side's tokenizer dict, from a format-1 checkpoint's vocabulary and data description."""
-    tokens = list(checkpoint[f"{side}_vocab"]["tokens"])
-    lowercase = bool(data.get("lowercase", False))
-    if checkpoint["task"] != "multi30k":
-        return {"kind": "symbols", "tokens": tokens}
-    if subword is not None:
-        merges = json.loads(subword)["model"]["merges"]
-        pairs = [list(pair) if isinstance(pair, list) else pair.split(" ") for pair in merges]
-        return {"kind": "bpe", "tokens": tokens, "merges": pairs, "lowercase": lowercase}
-    return {"kind": "words", "tokens": tokens, "lang": data[f"{side}_lang"], "lowercase": lowercase}
 
 
 # --- Checkpoint averaging ----------------------------------------------------------------------

@@ -259,11 +259,6 @@ def _resume_or_start(run: _Run) -> tuple[dict[str, Any] | None, RunConfig]:
     if not path.is_file() or session.restart or session.prepare_only:
         return None, run.config
     resumed = load_checkpoint(path)
-    if resumed.get("upgraded_from") is not None:
-        raise ValueError(
-            f"{path} was written in checkpoint format {resumed['upgraded_from']} by an earlier version: it still "
-            "translates, but cannot be resumed; use another --out, or --restart"
-        )
     if resumed["task"] != run.config.task:
         raise ValueError(f"{path} is a {resumed['task']!r} run but --task is {run.config.task!r}; use another --out, or --restart")
     saved = RunConfig.from_dict(resumed["run"])
