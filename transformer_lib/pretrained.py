@@ -60,7 +60,6 @@ FILE_NAME = "multi30k-de-en.safetensors"
 FORMAT = "tested-transformer-pretrained"
 FORMAT_VERSION = "2"
 MAX_BYTES = 16 * 2**20  # what a git repository should hold: the book's one binary
-_TEXT_FIELDS = ("task", "format", "format_version")
 _JSON_FIELDS = ("model_config", "tokenizer", "tied_parameters", "data", "run", "decoding")
 CHECKSUM_FIELD = "content_sha256"  # the file's own checksum, in its metadata (see content_sha256)
 CARD_FIELD = "model_card"
