@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
+import torch
+
 from .blocks import ACTIVATIONS, GATED_ACTIVATIONS
 from .normalization import NORMS
 from .positions import POSITIONAL
@@ -127,13 +129,7 @@ class TransformerConfig:
         for name in ("norm_first", "share_embeddings", "tie_output", "qk_norm"):
             check_bool(name, getattr(self, name))
         check_choice("positional", self.positional, POSITIONAL)
-        head_width = self.d_model // self.n_heads
-        if self.positional == "rope" and head_width % 2 != 0:
-            raise ValueError(
-                f"positional='rope' rotates pairs of coordinates in each head, so the head width "
-                f"d_model / n_heads = {self.d_model} / {self.n_heads} = {head_width} must be even; "
-                "change d_model or n_heads"
-            )
+        self._check_positions()
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs one joint vocabulary, but src_vocab_size={self.src_vocab_size} "
@@ -146,6 +142,16 @@ class TransformerConfig:
         check_int("pad_id", self.pad_id, minimum=0)
         if self.pad_id >= min(self.src_vocab_size, self.tgt_vocab_size):
             raise ValueError(f"pad_id={self.pad_id} must be a valid id in both vocabularies")
+
+    def _check_positions(self) -> None:
+        """The positional scheme's own checks (RoPE: an even head width), made by building its modules on
+        the ``meta`` device (shapes only, nothing allocated): the table entry carries them, not this config."""
+        try:
+            with torch.device("meta"):
+                POSITIONAL[self.positional](self, False)
+        except ValueError as error:
+            raise ValueError(f"positional={self.positional!r} with d_model={self.d_model}, n_heads={self.n_heads}: "
+                             f"{error}") from None
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> TransformerConfig:
