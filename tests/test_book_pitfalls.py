@@ -217,3 +217,57 @@ def test_loss_overwriting_targets_is_exact_but_changes_the_callers_targets() -> 
     ref = F.cross_entropy(logits.flatten(0, 1), kept.flatten(), label_smoothing=0.1, ignore_index=3)
     assert torch.allclose(loss, ref, atol=1e-6)
     assert not torch.equal(target, kept) and (target[kept == 3] == 0).all()
+
+
+# --- Chapter 7 ---------------------------------------------------------------------------------------
+
+
+def test_rotary_in_halves_is_rope_up_to_a_permutation_of_each_head() -> None:
+    from transformer_lib.embeddings import RotaryEmbedding
+
+    x = torch.randn(2, 5, 8)
+    halves = pitfalls.rotary_in_halves(x, start=3)
+    order = torch.arange(8).view(2, 4).T.flatten()  # neighbours (2i, 2i+1) <- halves (i, i + 4)
+    paper = RotaryEmbedding(8, max_len=8)(x[..., order], 3)
+    assert torch.allclose(halves[..., order], paper, atol=1e-5)  # the same method, coordinates permuted
+    assert not torch.allclose(halves, RotaryEmbedding(8, max_len=8)(x, 3), atol=1e-2)  # not the paper's layout
+
+
+def test_power_of_two_slopes_are_alibis_only_for_a_power_of_two() -> None:
+    from transformer_lib.embeddings import ALiBiBias, alibi_slopes
+
+    for heads in (1, 2, 4, 8, 16):
+        assert torch.allclose(pitfalls.power_of_two_alibi_slopes(heads), alibi_slopes(heads))
+    assert not torch.allclose(pitfalls.power_of_two_alibi_slopes(6), alibi_slopes(6))
+    assert torch.allclose(pitfalls.alibi_bias_with_formula_slopes(4, 3, 5, 2), ALiBiBias(4)(3, 5, 2))
+
+
+def test_the_window_one_too_wide_shows_each_query_one_key_more() -> None:
+    from transformer_lib.masking import sliding_window_mask
+
+    wide, right = pitfalls.sliding_window_one_too_wide(6, 6, 2), sliding_window_mask(6, 6, window=2)
+    assert (right <= wide).all()
+    assert wide.sum(-1).squeeze().tolist() == [1, 2, 3, 3, 3, 3] and right.sum(-1).squeeze().tolist() == [1, 2, 2, 2, 2, 2]
+
+
+def test_an_rms_norm_that_centres_is_right_only_on_inputs_of_mean_zero() -> None:
+    from transformer_lib.normalization import RMSNorm
+
+    centred, right = pitfalls.RMSNormSubtractingMean(8), RMSNorm(8)
+    x = torch.randn(3, 8)
+    x0 = x - x.mean(-1, keepdim=True)
+    assert torch.allclose(centred(x0), right(x0), atol=1e-5)
+    assert not torch.allclose(centred(x + 3), right(x + 3), atol=1e-2)
+
+
+def test_greedy_continue_without_cache_writes_greedy_continues_tokens() -> None:
+    from transformer_lib.config import TransformerConfig
+    from transformer_lib.decoding import greedy_continue
+    from transformer_lib.model import DecoderOnlyTransformer
+
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(TransformerConfig.decoder_only("tiny", vocab_size=12, tie_output=False)).eval()
+    prompt = torch.tensor([[5, 6, 7, 2], [8, 9, 4, 2]])
+    for eos in range(4, 12):
+        expected = greedy_continue(model, prompt, max_new_tokens=5, eos_id=eos, pad_id=0)
+        assert torch.equal(pitfalls.greedy_continue_without_cache(model, prompt, 5, eos, 0), expected)
