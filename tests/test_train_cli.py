@@ -40,6 +40,9 @@ def test_cli_trains_reverse_to_100_percent_on_held_out_sequences(tmp_path: Path)
     assert metrics["final"]["val"]["exact_match"] == 1.0  # all 300 never-seen sequences reversed exactly
     assert metrics["final"]["val"]["n_sentences"] == 300
     assert "exact match reached 100%" in metrics["stopped_because"]
+    by_length = metrics["val_exact_match_by_length"]  # every length measured, and all right
+    assert list(by_length) == [str(n) for n in range(1, 7)] and sum(m["of"] for m in by_length.values()) == 300
+    assert all(m["right"] == m["of"] >= 5 for m in by_length.values())
 
     checkpoint = load_checkpoint(tmp_path / "checkpoint.pt")
     assert checkpoint["task"] == "reverse" and checkpoint["step"] == metrics["steps"]
@@ -237,14 +240,14 @@ def test_results_file_chooses_between_last_and_averaged_weights_by_validation(re
 
 def test_when_validation_prefers_the_average_it_is_written_to_model_pt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prepare_multi30k(FIXTURE, checksums=FIXTURE_SHA256, min_freq=1).save(tmp_path / "data.pt")
-    real_evaluate, calls = train.evaluate, []
+    real_evaluate, calls = train.evaluate_teacher_forced, []
 
     def average_looks_better(*args, **kwargs):  # the selection evaluates "last" first, then the average
         metrics = real_evaluate(*args, **kwargs)
         calls.append(metrics["loss"])
         return {**metrics, "loss": metrics["loss"] - 10.0} if len(calls) == 2 else metrics
 
-    monkeypatch.setattr(train, "evaluate", average_looks_better)
+    monkeypatch.setattr(train, "evaluate_teacher_forced", average_looks_better)
     run = list(RESULTS_RUN)
     run[run.index("--bleu") + 1] = "off"  # selection by validation loss
     metrics = train.main([*run, "--data", str(tmp_path / "data.pt"), "--out", str(tmp_path / "run")])
