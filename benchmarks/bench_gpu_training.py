@@ -158,8 +158,10 @@ def counted_flops(forward: Callable[[Batch], Tensor], model: nn.Module, batch: B
 # --- data and models ---------------------------------------------------------------------------
 
 
-def load_batches(n: int, batch_size: int, data: Path | None, seed: int = 0) -> tuple[list[Batch], int, int, str]:
-    """Multi30k training batches (prepared data, else ``MULTI30K_DIR``), else random ids with Multi30k-like lengths."""
+def load_batches(n: int, batch_size: int, data: Path | None, seed: int = 0,
+                 pad_multiple: int = 1) -> tuple[list[Batch], int, int, str]:
+    """Multi30k training batches (prepared data, else ``MULTI30K_DIR``), else random ids with Multi30k-like
+    lengths; padded to a multiple of ``pad_multiple`` (16 with ``--compile``, as the train command pads)."""
     folder = os.environ.get("MULTI30K_DIR")
     if data is not None or (folder and Path(folder, "train.de.gz").is_file()):
         if data is not None:
@@ -168,7 +170,7 @@ def load_batches(n: int, batch_size: int, data: Path | None, seed: int = 0) -> t
             from transformer_lib.prepared import prepare_multi30k  # tokenizes with spaCy
 
             prepared, source = prepare_multi30k(folder, splits=("train",)), "Multi30k training batches (MULTI30K_DIR)"
-        loader = make_loader(prepared.splits["train"], batch_size, seed=seed)
+        loader = make_loader(prepared.splits["train"], batch_size, seed=seed, pad_multiple=pad_multiple)
         batches = []
         for batch in loader:
             if len(batches) == n:
@@ -181,7 +183,7 @@ def load_batches(n: int, batch_size: int, data: Path | None, seed: int = 0) -> t
         s_len, t_len = (int(x) for x in torch.randint(5, 21, (2,), generator=g))
         pairs.append((torch.randint(4, SRC_VOCAB, (s_len,), generator=g).tolist(),
                       torch.randint(4, TGT_VOCAB, (t_len,), generator=g).tolist()))
-    batches = [collate(pairs[i : i + batch_size]) for i in range(0, len(pairs), batch_size)]
+    batches = [collate(pairs[i : i + batch_size], pad_multiple=pad_multiple) for i in range(0, len(pairs), batch_size)]
     return batches, SRC_VOCAB, TGT_VOCAB, "random ids with Multi30k-like lengths (no --data, MULTI30K_DIR not set)"
 
 
@@ -212,7 +214,12 @@ class Runner:
     def __init__(self, name: str, model: nn.Module, forward: Callable[[nn.Module, Batch], Tensor],
                  device: torch.device, amp: str, compile_mode: str | None) -> None:
         self.name, self.model, self.device, self.amp = name, model.to(device), device, amp
-        self.module = torch.compile(model, mode=compile_mode) if compile_mode is not None else model
+        if compile_mode is None:
+            self.module = model
+        elif compile_mode.startswith("backend="):  # a CPU smoke test: e.g. backend=aot_eager, no code generated
+            self.module = torch.compile(model, backend=compile_mode.removeprefix("backend="))
+        else:
+            self.module = torch.compile(model, mode=compile_mode)
         self._forward = forward
         self.optimizer = make_optimizer(model)
         for group in self.optimizer.param_groups:
@@ -272,7 +279,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     batch_size = args.batch_size or (128 if device.type == "cuda" else 64)
     n_batches = 3 if args.quick else (args.batches or (30 if device.type == "cuda" else 6))
     rounds = 1 if args.quick else args.rounds
-    batches, src_v, tgt_v, source = load_batches(n_batches, batch_size, args.data)
+    # Compiled: batches padded to multiples of 16 tokens, as the train command pads them with --compile
+    # (a few shapes, so a few graphs; 6 an epoch of Multi30k at batch 128).
+    batches, src_v, tgt_v, source = load_batches(n_batches, batch_size, args.data, pad_multiple=16 if args.compile else 1)
     if len(batches) < n_batches:
         raise ValueError(f"the data gave {len(batches)} batches of {batch_size}, fewer than the {n_batches} asked for")
 
@@ -309,8 +318,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for batch in batches:
             runner.step(batch)
     sync(device)
+    warmup_s = time.perf_counter() - start
     print(f"warm-up (one pass over {len(batches)} batches each{', compiling' if compile_mode else ''}): "
-          f"{time.perf_counter() - start:.1f} s", flush=True)
+          f"{warmup_s:.1f} s", flush=True)
 
     for round_ in range(rounds):  # alternate which model goes first
         for runner in runners if round_ % 2 == 0 else runners[::-1]:
@@ -354,6 +364,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "amp": args.amp,
         "matmul_dtype": matmul_dtype,
         "compile": compile_mode,
+        "batch_shapes": len({(*b.src.shape, b.tgt_in.size(1)) for b in batches}),
+        "warmup_s": warmup_s,
         "logit_difference": difference,
         "target_tokens_per_round": tokens,
         "padding_share_of_flops": 1 - flops_useful / flops_padded,
@@ -410,7 +422,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--data", type=Path, default=None, help="prepared data (train --prepare-only): real batches without spaCy")
     parser.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)")
     parser.add_argument("--compile", action="store_true", help="torch.compile both models")
-    parser.add_argument("--compile-mode", default=None, help="torch.compile mode (default, reduce-overhead, max-autotune)")
+    parser.add_argument("--compile-mode", default=None, help="torch.compile mode (default, reduce-overhead, max-autotune), "
+                        "or backend=NAME (backend=aot_eager: a CPU smoke test without a compiler)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's peak for the MFU, if not in the table")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--trace", action="store_true", help="also print each model's most expensive kernels (torch profiler)")

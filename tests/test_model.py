@@ -329,3 +329,17 @@ def test_an_empty_batch_gives_empty_logits(n_kv_heads: int | None) -> None:
     assert logits.shape == (0, 3, 12)
     logits.sum().backward()  # and the gradient of nothing is zeros, not an error
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+
+
+def test_stacked_projections_translate_as_the_three_projections_did(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped model's file is unchanged (the three projections keep their weights and names);
+    made by one product instead of three, its translations are the same."""
+    from transformer_lib import pretrained
+
+    translator = pretrained.load()
+    sentences = ["Ein Mann fährt mit dem Fahrrad die Straße entlang.", "Zwei Hunde spielen im Schnee.",
+                 "Eine Frau in einem roten Kleid singt auf einer Bühne.", "Kinder spielen im Park."]
+    stacked = translator.translate(sentences, beam_size=1), translator.translate(sentences, beam_size=4)
+    assert translator.model.encoder.layers[0].self_attn._stacks_projections()
+    monkeypatch.setattr(MultiHeadAttention, "_stacks_projections", lambda self: False)  # three products, as before
+    assert (translator.translate(sentences, beam_size=1), translator.translate(sentences, beam_size=4)) == stacked
