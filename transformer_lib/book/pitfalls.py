@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -584,7 +585,7 @@ class RMSNormSubtractingMean(nn.Module):
         return centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
 
 
-def greedy_continue_without_cache(model: nn.Module, prompt: Tensor, max_new_tokens: int, eos_id: int,
+def greedy_continue_without_cache(model: Any, prompt: Tensor, max_new_tokens: int, eos_id: int,
                                   pad_id: int) -> Tensor:
     """Greedy continuation of a prompt that feeds the model the whole sequence at every step.
 

@@ -119,7 +119,7 @@ def _rotary_compared(fn: Callable[..., Any], index: int) -> Case:
 
 
 def _rotary_matches(fn: Callable[..., Any]) -> None:
-    expect_cases_close((lambda i=i: _rotary_compared(fn, i) for i in range(len(ROTARY_CASES))),
+    expect_cases_close([partial(_rotary_compared, fn, i) for i in range(len(ROTARY_CASES))],
                        check="matches_reference", message="the output differs from RotaryEmbedding's",
                        hint="pair (2i, 2i+1) of the vector at position p turns by p·θ_i, θ_i = 10000^(-2i/Dh)")
 
@@ -280,7 +280,7 @@ def _alibi_runs(fn: Callable[..., Any]) -> None:
 
 
 def _alibi_matches(fn: Callable[..., Any]) -> None:
-    expect_cases_close((lambda i=i: _alibi_case(fn, i) for i in range(len(ALIBI_CASES))), check="matches_reference",
+    expect_cases_close([partial(_alibi_case, fn, i) for i in range(len(ALIBI_CASES))], check="matches_reference",
                        message="the bias differs from ALiBiBias's", rtol=1e-5, atol=1e-7,
                        hint="head h adds -m_h·|i - j| to the score of query i and key j; m_h = 2^(-8h/H) for H a "
                             "power of two")
@@ -391,7 +391,7 @@ def _window_runs(fn: Callable[..., Any]) -> None:
 
 
 def _window_matches(fn: Callable[..., Any]) -> None:
-    expect_cases_close((lambda i=i: _window_case(fn, i) for i in range(len(WINDOW_CASES))),
+    expect_cases_close([partial(_window_case, fn, i) for i in range(len(WINDOW_CASES))],
                        check="matches_reference",
                        message="the mask (queries on rows, keys on columns) differs from sliding_window_mask",
                        hint="query i (at position n_keys - n_queries + i) sees the keys at distance 0 .. window - 1 "
@@ -541,7 +541,7 @@ def _rms_case(state: dict[str, Any], index: int) -> Case:
 
 
 def _rms_matches(state: dict[str, Any]) -> None:
-    expect_cases_close((lambda i=i: _rms_case(state, i) for i in range(3)), check="matches_reference",
+    expect_cases_close([partial(_rms_case, state, i) for i in range(3)], check="matches_reference",
                        message="the output differs from transformer_lib.normalization.RMSNorm's",
                        hint="y = x / sqrt(mean(x²) + eps) · g, the mean over the last dimension")
 
@@ -780,7 +780,7 @@ def _continue_restored(setting: _LMSetting) -> None:
 
 
 def _continue_again(fn: Callable[..., Any], pad: int, all_end: bool) -> None:
-    setting, state = _lm_setting(pad, all_end), {}
+    setting, state = _lm_setting(pad, all_end), dict[str, Tensor]()
     _continue_runs(fn, setting, state)
     _continue_matches(setting, state)
 
@@ -803,7 +803,7 @@ def grade_greedy_continue(fn: Callable[..., Any], *, from_scratch: bool = True) 
     """
     grading = Grading("Greedy continuation with a key/value cache", refused=REFUSED_CONTINUE,
                       from_scratch=from_scratch)
-    setting, state = _lm_setting(), {}
+    setting, state = _lm_setting(), dict[str, Tensor]()
     with grading:
         grading.check("runs and returns (B, T) token ids", partial(_continue_runs, fn, setting, state), gate=True)
         grading.check("uses the key/value cache: the prompt in one pass, then one new token per step at its "

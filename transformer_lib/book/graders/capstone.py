@@ -56,7 +56,7 @@ def _library_residual(d_model: int, dropout: float = 0.0) -> nn.Module:
     return Residual(d_model, dropout, norm_first=True)
 
 
-def _library_greedy(model: nn.Module, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int,
+def _library_greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int,
                     eos_id: int, pad_id: int) -> Tensor:
     return greedy_decode(model, src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id, eos_id=eos_id,
                          pad_id=pad_id)
@@ -105,7 +105,8 @@ class Pieces:
 
     def replace(self, **pieces: Callable[..., Any]) -> Pieces:
         """These pieces put in as they are, ungraded (to see what a wrong one does to the model)."""
-        return dataclasses.replace(self, yours=self.yours | set(pieces), **pieces)
+        changes: dict[str, Any] = dict(pieces)
+        return dataclasses.replace(self, yours=self.yours | set(pieces), **changes)
 
     def table(self) -> pd.DataFrame:
         """One row per piece: its exercise, whose is used, and why."""
@@ -131,7 +132,9 @@ def choose_pieces(**answers: Callable[..., Any] | None) -> Pieces:
     unknown = set(answers) - set(PIECES)
     if unknown:
         raise ValueError(f"no piece called {', '.join(sorted(unknown))}; the pieces are {', '.join(PIECES)}")
-    chosen, yours, reports = {}, set(), {}
+    chosen: dict[str, Callable[..., Any]] = {}
+    yours: set[str] = set()
+    reports: dict[str, GradeReport] = {}
     for name, piece in PIECES.items():
         answer = answers.get(name)
         chosen[name] = piece.library
@@ -204,9 +207,9 @@ def assemble(config: TransformerConfig, pieces: Pieces, seed: int = 0) -> Transf
                     mine.load_state_dict(child.state_dict())  # the same weights
                     setattr(layer, name, mine)
                 elif isinstance(child, Residual) and "residual" in pieces.yours:
-                    mine = PiecesResidual(pieces.residual(D, config.dropout))
-                    init_parameters(mine)  # its LayerNorm as the library's starts
-                    setattr(layer, name, mine)
+                    residual = PiecesResidual(pieces.residual(D, config.dropout))
+                    init_parameters(residual)  # its LayerNorm as the library's starts
+                    setattr(layer, name, residual)
     if "positional_table" in pieces.yours:
         table = pieces.positional_table(config.max_len, D).reshape(config.max_len, D)
         model.src_positions.pe = model.tgt_positions.pe = table.float()
@@ -248,6 +251,10 @@ def _sample(setting: _Setting, n: int = 8) -> tuple[Tensor, Tensor]:
     batch = collate([setting.heldout[i] for i in order[:: max(1, len(order) // n)][:n]], setting.pad_id,
                     setting.bos_id, setting.eos_id)
     return batch.src, batch.tgt_in
+
+
+def _pairs(data: TranslationData) -> list[tuple[Any, Any]]:
+    return [data[i] for i in range(len(data))]
 
 
 def _device(setting: _Setting) -> torch.device:
@@ -315,7 +322,7 @@ def _decoded(setting: _Setting, decode: Callable[..., Tensor], batch: Any) -> Te
 
 def _cache_equals_recompute(setting: _Setting, state: dict[str, Any]) -> None:
     setting.model.eval()
-    batch = collate(list(setting.heldout), setting.pad_id, setting.bos_id, setting.eos_id)
+    batch = collate(_pairs(setting.heldout), setting.pad_id, setting.bos_id, setting.eos_id)
     cached = _decoded(setting, setting.pieces.greedy_decode, batch)
     state["decoded"], state["batch"] = cached, batch
     recomputed = _decoded(setting, _uncached_greedy, batch)
@@ -332,7 +339,7 @@ def _cache_equals_recompute(setting: _Setting, state: dict[str, Any]) -> None:
                            "takes mask=None (a new token sees every cached key) and the positions of new tokens")
 
 
-def _uncached_greedy(model: nn.Module, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
+def _uncached_greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
                      pad_id: int) -> Tensor:
     return greedy_decode(model, src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id, eos_id=eos_id,
                          pad_id=pad_id, use_cache=False)
@@ -347,7 +354,7 @@ def _by_length(setting: _Setting, state: dict[str, Any]) -> dict[int, tuple[int,
 
 def _exact_match(setting: _Setting, state: dict[str, Any]) -> None:
     if "decoded" not in state:
-        state["batch"] = batch = collate(list(setting.heldout), setting.pad_id, setting.bos_id, setting.eos_id)
+        state["batch"] = batch = collate(_pairs(setting.heldout), setting.pad_id, setting.bos_id, setting.eos_id)
         state["decoded"] = _decoded(setting, setting.pieces.greedy_decode, batch)
     by_length = _by_length(setting, state)
     short = {n: (r, m) for n, (r, m) in by_length.items() if r < m}
