@@ -40,6 +40,9 @@ def test_cli_trains_reverse_to_100_percent_on_held_out_sequences(tmp_path: Path)
     assert metrics["final"]["val"]["exact_match"] == 1.0  # all 300 never-seen sequences reversed exactly
     assert metrics["final"]["val"]["n_sentences"] == 300
     assert "exact match reached 100%" in metrics["stopped_because"]
+    by_length = metrics["val_exact_match_by_length"]  # every length measured, and all right
+    assert list(by_length) == [str(n) for n in range(1, 7)] and sum(m["of"] for m in by_length.values()) == 300
+    assert all(m["right"] == m["of"] >= 5 for m in by_length.values())
 
     checkpoint = load_checkpoint(tmp_path / "checkpoint.pt")
     assert checkpoint["task"] == "reverse" and checkpoint["step"] == metrics["steps"]

@@ -69,7 +69,7 @@ from ..metrics import evaluate_teacher_forced
 from ..model import Transformer, count_parameters
 from ..prepared import PreparedTranslation, prepare_multi30k
 from ..tokenizers import TOKENIZERS, SymbolTokenizer, tokenizer_from_dict
-from ..toy_tasks import toy_task, toy_vocab
+from ..toy_tasks import exact_match_by_length, toy_task, toy_vocab
 from ..trainer import Trainer
 from ..translator import Translator, evaluate_bleu
 from ..vocab import Tokenizer
@@ -528,7 +528,11 @@ def _final_results(run: _Run, trainer: Trainer, data: _Data) -> dict[str, Any]:
     selection = _select_weights(run, trainer, data, val_bleu)
     final = {split: _evaluate_split(run, trainer, data, split) for split in ("val", "test") if split in data.splits}
     bleu, examples = _final_bleu(run, trainer.model, data) if bleu_on else ({}, [])
-    return {"selection": selection, "final": final, "bleu": bleu or None, "examples": examples}
+    results = {"selection": selection, "final": final, "bleu": bleu or None, "examples": examples}
+    if run.config.family == "toy":  # one number hides a short length's few sequences: each length apart
+        by_length = exact_match_by_length(trainer.model, data.splits["val"], device=run.device)
+        results["val_exact_match_by_length"] = {str(n): {"right": right, "of": of} for n, (right, of) in by_length.items()}
+    return results
 
 
 def _final_bleu(run: _Run, model: Transformer, data: _Data) -> tuple[dict[str, Any], list[dict[str, str]]]:
@@ -624,6 +628,8 @@ def _write_results(run: _Run, trainer: Trainer, metrics: dict[str, Any], wall_s:
         if save_loss_plot(trainer.history, run.out / "loss.png", title):
             written.append("loss.png")
     summary = ", ".join(f"{split} loss {m['loss']:.3f} / exact match {m['exact_match']:.1%}" for split, m in metrics["final"].items())
+    if metrics.get("val_exact_match_by_length"):
+        summary += " (by length: " + ", ".join(f"{n}: {m['right']}/{m['of']}" for n, m in metrics["val_exact_match_by_length"].items()) + ")"
     run.say(f"done ({trainer.stopped_because}) in {wall_s:.1f} s: {summary}. Wrote {', '.join(written)} in {run.out}")
 
 
