@@ -304,8 +304,9 @@ class MultiHeadAttention(nn.Module):
         """
         if not (query is key and key is value and self._stacks_projections()):
             return self.project_query(query), *self.project_key_value(key, value)
-        qkv = self.split_heads(stacked_linear(query, self.q_proj, self.k_proj, self.v_proj), self.d_k)  # (B, H+2Hkv, T, Dk)
-        q, k, v = qkv.split([self.n_heads, self.n_kv_heads, self.n_kv_heads], dim=1)  # (B, H, T, Dk), (B, Hkv, T, Dk) x 2
+        qkv = stacked_linear(query, self.q_proj, self.k_proj, self.v_proj)  # (B, T, (H + 2 Hkv) Dk)
+        heads = self.split_heads(qkv, self.d_k)  # (B, H + 2 Hkv, T, Dk)
+        q, k, v = heads.split([self.n_heads, self.n_kv_heads, self.n_kv_heads], dim=1)  # (B, H or Hkv, T, Dk)
         return self.query_norm(q), self.key_norm(k), v
 
     def project_query(self, query: Tensor) -> Tensor:
@@ -317,7 +318,8 @@ class MultiHeadAttention(nn.Module):
         and ``(B, Hkv, L, Dv)`` (``Hkv = H`` unless grouped-query; the keys normalised with QK-norm).
         Keys and values of one tensor (the encoder's memory) come from one matrix product."""
         if key is value and self._stacks_projections():
-            k, v = self.split_heads(stacked_linear(key, self.k_proj, self.v_proj), self.d_k).chunk(2, dim=1)  # (B, Hkv, L, Dk) x 2
+            kv = stacked_linear(key, self.k_proj, self.v_proj)  # (B, L, 2 Hkv Dk)
+            k, v = self.split_heads(kv, self.d_k).chunk(2, dim=1)  # (B, Hkv, L, Dk) each
         else:
             k, v = self.split_heads(self.k_proj(key), self.d_k), self.split_heads(self.v_proj(value), self.d_v)
         return self.key_norm(k), v  # (B, Hkv, L, Dk), (B, Hkv, L, Dv)
