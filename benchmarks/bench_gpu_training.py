@@ -197,7 +197,7 @@ def check_same_function(ours: Transformer, theirs: TorchTransformer, batch: Batc
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # its inference fast path zeroes padded positions
     try:
-        a = ours(batch.src, batch.tgt_in, *ours.make_masks(batch.src, batch.tgt_in))
+        a = ours(batch.src, batch.tgt_in, *ours.masks_for(batch.src, batch.tgt_in))
         b = theirs(batch.src, batch.tgt_in)
         keep = (batch.tgt_out != ours.config.pad_id)[..., None]  # compare real positions only
         difference = float(((a - b).abs() * keep).max())

@@ -72,7 +72,7 @@ HEADLINE = DEFAULTS["multi30k"]["full"]
 class TorchTransformerBaseline(nn.Module):
     """``torch.nn.Transformer`` inside the same embeddings, positions and tied output layer as ours.
 
-    It offers our model's training interface (``make_masks`` and ``forward(src, tgt_in)``, masks built
+    It offers our model's training interface (``masks_for`` and ``forward(src, tgt_in)``, masks built
     inside when not given), so the same :class:`Trainer` trains both. Masks are converted to PyTorch's
     polarity (``True`` = blocked) with :func:`transformer_lib.masking.to_torch_blocked`. Its
     dropout, in the layers and on the embeddings, is PyTorch's ``nn.Dropout``.
@@ -101,7 +101,7 @@ class TorchTransformerBaseline(nn.Module):
         if c.tie_output:
             self.output_layer.weight = self.tgt_embed.weight
 
-    def make_masks(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
+    def masks_for(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
         """Key padding masks ``(B, S)``, ``(B, T)`` in PyTorch's polarity."""
         pad = self.config.pad_id
         return to_torch_blocked(padding_mask(src, pad))[:, 0, 0, :], to_torch_blocked(padding_mask(tgt, pad))[:, 0, 0, :]
@@ -109,7 +109,7 @@ class TorchTransformerBaseline(nn.Module):
     def forward(self, src: Tensor, tgt: Tensor, src_key_padding: Tensor | None = None,
                 tgt_key_padding: Tensor | None = None) -> Tensor:
         if src_key_padding is None or tgt_key_padding is None:
-            src_key_padding, tgt_key_padding = self.make_masks(src, tgt)
+            src_key_padding, tgt_key_padding = self.masks_for(src, tgt)
         T = tgt.size(1)
         causal = torch.ones(T, T, dtype=torch.bool, device=tgt.device).triu(1)  # True = blocked (the future)
         h = self.transformer(
@@ -280,7 +280,7 @@ def throughput(quick: bool, device: torch.device, batch_size: int, breakdown: bo
         same, other = (trainers[name].model.eval() for name in ("ours", "ours, packed q/k/v"))
         src, tgt = batches[0].src.to(device), batches[0].tgt_in.to(device)
         with torch.no_grad():
-            expected, got = same(src, tgt, *same.make_masks(src, tgt)), other(src, tgt, *other.make_masks(src, tgt))
+            expected, got = same(src, tgt, *same.masks_for(src, tgt)), other(src, tgt, *other.masks_for(src, tgt))
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
         same.train(), other.train()
     for trainer in trainers.values():  # warm-up: allocator, kernels

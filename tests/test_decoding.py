@@ -74,7 +74,7 @@ def trained_model() -> Transformer:
     g = torch.Generator().manual_seed(0)
     for _ in range(150):
         src, tgt = reverse_batch(32, g)
-        src_mask, tgt_mask = model.make_masks(src, tgt[:, :-1])
+        src_mask, tgt_mask = model.masks_for(src, tgt[:, :-1])
         logits = model(src, tgt[:, :-1], src_mask, tgt_mask)  # (B, T, V)
         loss = F.cross_entropy(logits.reshape(-1, V), tgt[:, 1:].reshape(-1), ignore_index=PAD)
         optimizer.zero_grad()

@@ -63,7 +63,7 @@ def _step_flops(model: torch.nn.Module, *inputs: torch.Tensor) -> int:
     with FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION) as counter:
         if isinstance(model, Transformer):
             src, tgt = inputs
-            logits = model(src, tgt[:, :-1], *model.make_masks(src, tgt[:, :-1]))
+            logits = model(src, tgt[:, :-1], *model.masks_for(src, tgt[:, :-1]))
             targets = tgt[:, 1:]
         else:
             logits, targets = model(inputs[0]), inputs[0]

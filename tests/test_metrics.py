@@ -29,7 +29,7 @@ def _greedy(model: Transformer, src: torch.Tensor, steps: int) -> torch.Tensor:
     """The simplest greedy decoder, for the check only (decoding.py has the real one)."""
     tgt = torch.full((src.size(0), 1), 2)
     for _ in range(steps):
-        logits = model(src, tgt, *model.make_masks(src, tgt))  # (B, t, V)
+        logits = model(src, tgt, *model.masks_for(src, tgt))  # (B, t, V)
         tgt = torch.cat([tgt, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     return tgt[:, 1:]
 
@@ -45,7 +45,7 @@ def test_teacher_forced_exact_match_equals_greedy_exact_match() -> None:
     target[1::2, 2] = (target[1::2, 2] - 4 + 1) % 8 + 4  # odd rows: one token differs from greedy's
     tgt_in = torch.cat([torch.full((8, 1), 2), target[:, :-1]], dim=1)
     with torch.no_grad():
-        logits = model(src, tgt_in, *model.make_masks(src, tgt_in))
+        logits = model(src, tgt_in, *model.masks_for(src, tgt_in))
     matches, total = exact_match_counts(logits, target)
     per_row = [(logits[i].argmax(-1) == target[i]).all().item() for i in range(8)]
     assert per_row == [(greedy[i] == target[i]).all().item() for i in range(8)] == [True, False] * 4

@@ -58,7 +58,7 @@ def test_model_matches_nn_transformer_with_copied_weights(no_fastpath, norm_firs
                 m.bias.normal_(0.0, 0.2)
     reference = TorchTransformer(model).eval()
     src, tgt = batch()
-    logits = model(src, tgt, *model.make_masks(src, tgt))
+    logits = model(src, tgt, *model.masks_for(src, tgt))
     expected = reference(src, tgt)
     assert logits.shape == (3, 6, 11)
     torch.testing.assert_close(logits, expected, atol=1e-5, rtol=0)
@@ -73,8 +73,8 @@ def test_causality_future_targets_do_not_change_past_logits_exactly(norm_first: 
     changed = tgt.clone()
     changed[:, t + 1 :] = torch.randint(1, 11, changed[:, t + 1 :].shape)
     assert not torch.equal(changed, tgt)
-    a = model(src, tgt, *model.make_masks(src, tgt))
-    b = model(src, changed, *model.make_masks(src, changed))
+    a = model(src, tgt, *model.masks_for(src, tgt))
+    b = model(src, changed, *model.masks_for(src, changed))
     assert torch.equal(a[:, : t + 1], b[:, : t + 1]), "a future token changed a past output"
     assert not torch.equal(a[:, t + 1 :], b[:, t + 1 :]), "the check must be able to fail"
 
@@ -84,8 +84,8 @@ def test_padding_invariance_appending_source_pads_changes_nothing(norm_first: bo
     model = Transformer(tiny(norm_first=norm_first)).eval()
     src, tgt = batch()
     padded = torch.cat([src, torch.full((3, 4), PAD)], dim=1)
-    a = model(src, tgt, *model.make_masks(src, tgt))
-    b = model(padded, tgt, *model.make_masks(padded, tgt))
+    a = model(src, tgt, *model.masks_for(src, tgt))
+    b = model(padded, tgt, *model.masks_for(padded, tgt))
     # The masked pads add exact zeros, but change the sums' lengths and so their order: the logits
     # may differ by rounding. 1e-6 was below that on an AMD EPYC (1.07e-6); this bound is 6e-5 for
     # logits of scale 3, while attending to the pads moves them by more than 1e-3 (below).
@@ -94,7 +94,7 @@ def test_padding_invariance_appending_source_pads_changes_nothing(norm_first: bo
     torch.testing.assert_close(a, b, atol=atol, rtol=0)
     # without the mask the pads are attended to, and the output changes: the check can fail
     attend_everything = torch.ones(1, 1, 1, padded.size(1), dtype=torch.bool)
-    leaked = model(padded, tgt, attend_everything, model.make_masks(padded, tgt)[1])
+    leaked = model(padded, tgt, attend_everything, model.masks_for(padded, tgt)[1])
     assert not torch.allclose(a, leaked, atol=max(1e-3, 10 * atol))
 
 
@@ -102,7 +102,7 @@ def test_padding_invariance_appending_source_pads_changes_nothing(norm_first: bo
 def test_masks_left_out_are_the_padding_and_causal_masks(norm_first: bool) -> None:
     model = Transformer(tiny(norm_first=norm_first)).eval()
     src, tgt = batch()
-    src_mask, tgt_mask = model.make_masks(src, tgt)
+    src_mask, tgt_mask = model.masks_for(src, tgt)
     assert torch.equal(model(src, tgt), model(src, tgt, src_mask, CAUSAL))
     # CAUSAL (the fused causal kernel) in place of the target mask: the same logits at every real
     # target position (right padding), up to the other kernel's rounding
@@ -157,7 +157,7 @@ def test_fully_masked_rows_produce_no_nan() -> None:
     model = Transformer(tiny()).eval()
     src, tgt = batch()
     src[2] = PAD  # an empty source: every key masked for every query
-    logits = model(src, tgt, *model.make_masks(src, tgt))
+    logits = model(src, tgt, *model.masks_for(src, tgt))
     assert torch.isfinite(logits).all()
 
 
@@ -169,7 +169,7 @@ def test_tied_output_is_one_parameter_and_the_count_drops_by_V_times_D() -> None
     assert count_parameters(untied) - count_parameters(tied) == 11 * 16
     # a gradient step through the output layer moves the embedding: they are one tensor
     src, tgt = batch()
-    tied(src, tgt, *tied.make_masks(src, tgt)).sum().backward()
+    tied(src, tgt, *tied.masks_for(src, tgt)).sum().backward()
     assert tied.tgt_embed.weight.grad is tied.output_layer.weight.grad
 
 
@@ -220,7 +220,7 @@ def test_cached_decode_equals_full_decode() -> None:
     model = Transformer(tiny(norm_first=True)).eval()
     src, tgt = batch()
     tgt[1, 4:] = 5
-    src_mask, tgt_mask = model.make_masks(src, tgt)
+    src_mask, tgt_mask = model.masks_for(src, tgt)
     memory = model.encode(src, src_mask)
     full = model.decode(tgt, memory, src_mask, tgt_mask)
     with kv_cache(model):
@@ -231,7 +231,7 @@ def test_cached_decode_equals_full_decode() -> None:
 def test_attention_maps_cover_every_layer() -> None:
     model = Transformer(tiny()).eval()
     src, tgt = batch()
-    maps = model.attention_maps(src, tgt, *model.make_masks(src, tgt))
+    maps = model.attention_maps(src, tgt, *model.masks_for(src, tgt))
     assert [w.shape for w in maps.encoder_self] == [(3, 4, 7, 7)] * 2
     assert [w.shape for w in maps.decoder_cross] == [(3, 4, 6, 7)] * 2
     assert maps.encoder_self[0][0, :, :, 5:].abs().sum() == 0, "padded source keys get no weight"
@@ -242,7 +242,7 @@ def test_state_dict_and_config_round_trip() -> None:
     clone = Transformer(TransformerConfig.from_dict(model.config.to_dict())).eval()
     clone.load_state_dict(model.state_dict())
     src, tgt = batch()
-    assert torch.equal(model(src, tgt, *model.make_masks(src, tgt)), clone(src, tgt, *clone.make_masks(src, tgt)))
+    assert torch.equal(model(src, tgt, *model.masks_for(src, tgt)), clone(src, tgt, *clone.masks_for(src, tgt)))
 
 
 def test_bad_config_is_rejected_with_the_value_and_the_fix() -> None:

@@ -299,15 +299,15 @@ def test_model_with_positions_in_attention_is_causal_padding_invariant_and_cache
             if "bias_table" in name:
                 p.normal_()
     src, tgt = batch()
-    logits = model(src, tgt, *model.make_masks(src, tgt))
+    logits = model(src, tgt, *model.masks_for(src, tgt))
     changed = tgt.clone()
     changed[:, 3:] = torch.randint(1, 11, (3, 3))
-    other = model(src, changed, *model.make_masks(src, changed))
+    other = model(src, changed, *model.masks_for(src, changed))
     assert torch.equal(logits[:, :3], other[:, :3]), "a future token changed a past output"
     padded = torch.cat([src, torch.zeros(3, 4, dtype=torch.long)], dim=1)
-    torch.testing.assert_close(model(padded, tgt, *model.make_masks(padded, tgt)), logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(model(padded, tgt, *model.masks_for(padded, tgt)), logits, atol=1e-5, rtol=0)
     # cached decoding equals the full pass
-    src_mask, tgt_mask = model.make_masks(src, tgt)
+    src_mask, tgt_mask = model.masks_for(src, tgt)
     memory = model.encode(src, src_mask)
     full = model.decode(tgt, memory, src_mask, tgt_mask)
     with kv_cache(model):
@@ -332,10 +332,10 @@ def test_symmetric_alibi_cannot_tell_left_from_right_in_an_encoder() -> None:
 def test_bias_positions_have_no_length_limit_but_rope_has_its_table(positional: str) -> None:
     model = Transformer(tiny(positional, max_len=8)).eval()
     src, tgt = torch.randint(1, 13, (1, 30)), torch.randint(1, 11, (1, 25))
-    assert model(src, tgt, *model.make_masks(src, tgt)).shape == (1, 25, 11)
+    assert model(src, tgt, *model.masks_for(src, tgt)).shape == (1, 25, 11)
     rope = Transformer(tiny("rope", max_len=8)).eval()
     with raises(ValueError, 'max_len=8'):
-        rope(src, tgt, *rope.make_masks(src, tgt))
+        rope(src, tgt, *rope.masks_for(src, tgt))
 
 
 @pytest.mark.parametrize("positional", IN_ATTENTION)
@@ -344,7 +344,7 @@ def test_state_dict_round_trip(positional: str) -> None:
     clone = Transformer(TransformerConfig.from_dict(model.config.to_dict())).eval()
     clone.load_state_dict(model.state_dict())
     src, tgt = batch()
-    assert torch.equal(model(src, tgt, *model.make_masks(src, tgt)), clone(src, tgt, *clone.make_masks(src, tgt)))
+    assert torch.equal(model(src, tgt, *model.masks_for(src, tgt)), clone(src, tgt, *clone.masks_for(src, tgt)))
 
 
 def test_sinusoidal_and_learned_models_are_unchanged_by_the_new_options() -> None:
@@ -392,7 +392,7 @@ def test_each_option_learns_to_reverse_short_sequences(positional: str) -> None:
 
     for _ in range(400):
         src, tgt_in, tgt_out = reverse_batch(32)
-        logits = model(src, tgt_in, *model.make_masks(src, tgt_in))
+        logits = model(src, tgt_in, *model.masks_for(src, tgt_in))
         loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten())
         optimizer.zero_grad()
         loss.backward()
@@ -400,5 +400,5 @@ def test_each_option_learns_to_reverse_short_sequences(positional: str) -> None:
     model.eval()
     src, tgt_in, tgt_out = reverse_batch(200)
     with torch.no_grad():
-        accuracy = (model(src, tgt_in, *model.make_masks(src, tgt_in)).argmax(-1) == tgt_out).float().mean().item()
+        accuracy = (model(src, tgt_in, *model.masks_for(src, tgt_in)).argmax(-1) == tgt_out).float().mean().item()
     assert accuracy > 0.9, f"{positional}: token accuracy {accuracy:.2f} after 400 steps"

@@ -69,7 +69,7 @@ def _setup(device: str) -> tuple[Trainer, Transformer, object]:
 def _decoding_steps(model: Transformer, batch, steps: int = 3) -> None:
     model.eval()
     src = batch.src
-    src_mask = model.make_masks(src)[0]
+    src_mask = model.masks_for(src)[0]
     with torch.no_grad(), kv_cache(model) as cache:
         memory = model.encode(src, src_mask)
         tokens = torch.full((src.size(0), 1), 2, device=src.device)

@@ -66,7 +66,7 @@ class TransformerConfig:
         share_embeddings: one embedding matrix for source and target (needs equal vocab sizes,
             i.e. a joint vocabulary).
         tie_output: the output projection reuses the target embedding matrix (one Parameter).
-        pad_id: the padding token id, for :meth:`Transformer.make_masks`.
+        pad_id: the padding token id, for :meth:`Transformer.masks_for`.
         relative_max_distance: with ``positional="relative"``, the distance beyond which all
             distances share one learned bias.
         n_kv_heads: key/value heads of every attention (default ``n_heads``); fewer is

@@ -344,7 +344,7 @@ def greedy_decode(
     Args:
         model: an :class:`EncoderDecoder`, e.g. :class:`transformer_lib.model.Transformer`.
         src: source token ids ``(B, S)``, padded with ``pad_id``.
-        src_mask: its padding mask ``(B, 1, 1, S)`` (``model.make_masks(src)[0]``), or ``None``
+        src_mask: its padding mask ``(B, 1, 1, S)`` (``model.masks_for(src)[0]``), or ``None``
             when nothing is padded.
         max_new_tokens: the most tokens to generate per sequence, ``<eos>`` included; at most the
             model's ``config.max_len``.
@@ -367,7 +367,7 @@ def greedy_decode(
         >>> from transformer_lib.model import Transformer, TransformerConfig
         >>> model = Transformer(TransformerConfig.from_preset("tiny", src_vocab_size=12, tgt_vocab_size=12))
         >>> src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
-        >>> out = greedy_decode(model, src, model.make_masks(src)[0], max_new_tokens=6, bos_id=2, eos_id=3, pad_id=0)
+        >>> out = greedy_decode(model, src, model.masks_for(src)[0], max_new_tokens=6, bos_id=2, eos_id=3, pad_id=0)
         >>> out.shape[0], out.shape[1] <= 6
         (2, True)
     """

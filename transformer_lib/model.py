@@ -188,7 +188,7 @@ class Transformer(nn.Module):
         """The layers that run at every decoding step (the key/value cache wraps their attention)."""
         return self.decoder.layers
 
-    def make_masks(self, src: Tensor, tgt: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def masks_for(self, src: Tensor, tgt: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """``(padding_mask(src), target_mask(tgt))`` using ``config.pad_id``: ``(B,1,1,S)``, ``(B,1,T,T)``."""
         src_mask = padding_mask(src, self.config.pad_id)
         tgt_mask = target_mask(tgt, self.config.pad_id) if tgt is not None else None
@@ -233,7 +233,7 @@ class Transformer(nn.Module):
     def attention_maps(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None) -> AttentionMaps:
         """All attention weights for one teacher-forced pass (for figures; use ``eval()`` mode).
 
-        Masks left out default to :meth:`make_masks`, as in :meth:`forward`.
+        Masks left out default to :meth:`masks_for`, as in :meth:`forward`.
         """
         src_mask = padding_mask(src, self.config.pad_id) if src_mask is None else src_mask
         tgt_mask = target_mask(tgt, self.config.pad_id) if tgt_mask is None else tgt_mask

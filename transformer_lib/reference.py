@@ -164,7 +164,7 @@ class TorchTransformer(nn.Module):
 
     Shape:
         src ``(B, S)``, tgt ``(B, T)`` token ids -> logits ``(B, T, V_tgt)``. Masks are built from
-        ``pad_id`` (padding) and causality, as :meth:`Transformer.make_masks` does.
+        ``pad_id`` (padding) and causality, as :meth:`Transformer.masks_for` does.
     """
 
     def __init__(self, ours: Transformer) -> None:
