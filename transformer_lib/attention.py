@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -149,11 +150,11 @@ def fused_attention(
     return out
 
 
-def _sdpa(query: Tensor, key: Tensor, value: Tensor, **options: object) -> Tensor:
+def _sdpa(query: Tensor, key: Tensor, value: Tensor, **options: Any) -> Tensor:
     """``F.scaled_dot_product_attention`` with ``Hkv`` key/value heads shared by the ``H`` query heads."""
     if key.size(1) != query.size(1) and not _SDPA_SHARES_HEADS:  # grouped-query attention on an older PyTorch
         key, value = share_key_value_heads(query, key, value)
-    grouped = {"enable_gqa": True} if key.size(1) != query.size(1) else {}  # K/V heads shared in the kernel, not copied
+    grouped: dict[str, Any] = {"enable_gqa": True} if key.size(1) != query.size(1) else {}  # K/V heads shared in the kernel, not copied
     return F.scaled_dot_product_attention(query, key, value, **grouped, **options)  # (B, H, T, Dv)
 
 
@@ -170,9 +171,9 @@ def stacked_linear(x: Tensor, *layers: nn.Linear) -> Tensor:
     Shape:
         ``(..., D_in)`` -> ``(..., sum of the layers' out_features)``.
     """
-    weight = torch.cat([layer.weight for layer in layers])  # (sum of out_features, D_in)
+    weight = torch.cat(tuple(layer.weight for layer in layers))  # (sum of out_features, D_in)
     biases = [layer.bias for layer in layers]
-    return F.linear(x, weight, None if any(b is None for b in biases) else torch.cat(biases))
+    return F.linear(x, weight, None if any(b is None for b in biases) else torch.cat(tuple(biases)))
 
 
 def share_key_value_heads(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:

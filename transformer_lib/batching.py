@@ -60,6 +60,9 @@ class TranslationData:
     def __len__(self) -> int:
         return len(self.src)
 
+    def __iter__(self) -> Iterator[tuple[list[int], list[int]]]:
+        return (self[i] for i in range(len(self)))
+
     def __getitem__(self, i: int) -> tuple[list[int], list[int]]:
         return self.src[i], self.tgt[i]
 

@@ -157,7 +157,7 @@ def _beam_search(
     K: int,
     max_new_tokens: int,
     bos_id: int,
-    eos_id: int,
+    eos_id: int | None,
     pad_id: int,
     alpha: float,
     cache: KVCache | None,
@@ -228,7 +228,7 @@ def _scores(model: EncoderDecoder, inputs: Tensor, memory: Tensor, src_mask: Ten
 
 
 def _set_aside_ended(finished: list[list[Hypothesis]], done: list[bool], tokens: Tensor, ends: Tensor,
-                     top_scores: Tensor, top_origin: Tensor, K: int, eos_id: int, length: int, alpha: float) -> None:
+                     top_scores: Tensor, top_origin: Tensor, K: int, eos_id: int | None, length: int, alpha: float) -> None:
     """Set aside the candidates that end in ``<eos>``, if they rank among the best K (a lower-ranked
     one would not have survived into the beam either; fairseq and Hugging Face do the same)."""
     for b, j in (ends[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist():

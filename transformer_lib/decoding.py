@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -88,7 +88,9 @@ class EncoderDecoder(Protocol):
     """
 
     training: bool
-    decoder_layers: nn.ModuleList
+
+    @property
+    def decoder_layers(self) -> nn.ModuleList: ...  # read-only: the models give their decoder's layers
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
 
@@ -106,7 +108,9 @@ class DecoderOnly(Protocol):
     ``decode`` is called with ``memory=None`` and ``src_mask=None``."""
 
     training: bool
-    decoder_layers: nn.ModuleList
+
+    @property
+    def decoder_layers(self) -> nn.ModuleList: ...
 
     def decode(self, tokens: Tensor, memory: None = None, src_mask: None = None, tgt_mask: Tensor | None = None,
                start: int = 0) -> Tensor: ...
@@ -152,7 +156,7 @@ def _check_special_ids(model: Any, ids: dict[str, int | None]) -> None:
         if value is None and name == "eos_id":
             continue  # no end token: every row runs to max_new_tokens
         check_int(name, value, minimum=0)
-        if tgt_vocab is not None and value >= tgt_vocab:  # type: ignore[operator]
+        if tgt_vocab is not None and value >= tgt_vocab:
             raise ValueError(
                 f"{name}={value} is outside the target vocabulary [0, {tgt_vocab - 1}]; "
                 "pass the ids of the vocabulary the model was trained with"
@@ -176,7 +180,7 @@ def _check_prompt(model: Any, prompt: Tensor, max_new_tokens: int, ids: dict[str
         raise ValueError(f"prompt must hold at least one token, got shape {tuple(prompt.shape)}")
     _check_lengths(max_new_tokens, 0, prompt.size(1) + max_new_tokens - 1, model)
     _check_special_ids(model, ids)
-    if bool((prompt == ids["pad_id"]).any()):
+    if ids["pad_id"] is not None and bool((prompt == ids["pad_id"]).any()):
         raise ValueError(
             f"the prompt holds pad_id={ids['pad_id']}: prompts of one batch must have the same length, "
             "unpadded (a pad would take a position); group prompts by length"
@@ -227,7 +231,8 @@ def next_token_logits(
         tgt_mask = None  # the newest position may see every cached one and itself
     else:
         tgt_mask = causal_mask(n_new, start + n_new, device=tokens.device)  # (1, 1, T_new, T)
-    states = model.decode(tokens, memory, src_mask, tgt_mask, start=start)  # (B, T_new, D)
+    # memory and src_mask are None for a decoder-only model, tensors for an encoder-decoder
+    states = cast(Any, model).decode(tokens, memory, src_mask, tgt_mask, start=start)  # (B, T_new, D)
     return model.output_layer(states[:, -1])  # (B, V)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -58,7 +58,7 @@ class CachedSelfAttention(nn.Module):
         a = self.attention
         q = a.project_query(query)  # (B, H, T_new, Dk)
         k, v = a.project_key_value(key, value)  # (B, H, T_new, Dk), (B, H, T_new, Dv)
-        if self.key is not None:
+        if self.key is not None and self.value is not None:
             k = torch.cat([self.key, k], dim=2)  # (B, H, L, Dk): the old positions' keys, then the new
             v = torch.cat([self.value, v], dim=2)  # (B, H, L, Dv)
         self.key, self.value = k, v
@@ -67,7 +67,7 @@ class CachedSelfAttention(nn.Module):
 
     def reorder(self, rows: Tensor) -> None:
         """Keep batch rows ``rows`` (beam search continues each hypothesis from its parent's)."""
-        if self.key is not None:
+        if self.key is not None and self.value is not None:
             self.key, self.value = self.key.index_select(0, rows), self.value.index_select(0, rows)
 
 
@@ -78,7 +78,7 @@ class CachedCrossAttention(CachedSelfAttention):
     def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         a = self.attention
-        if self.key is None:
+        if self.key is None or self.value is None:
             self.key, self.value = a.project_key_value(key, value)  # (B, H, S, Dk), (B, H, S, Dv)
         q = a.project_query(query)  # (B, H, T_new, Dk)
         out, attn_weights = a.attend(q, self.key, self.value, mask, need_weights)  # (B, H, T_new, Dv)
@@ -106,7 +106,7 @@ class KVCache:
         """Bytes the cached keys and values hold now: of the self-attentions (growing with every
         decoded token), or with ``cross=True`` of the cross-attentions (the encoder memory's)."""
         held = [a for a in self.attentions if isinstance(a, CachedCrossAttention) == cross and a.key is not None]
-        return sum(t.numel() * t.element_size() for a in held for t in (a.key, a.value))
+        return sum(t.numel() * t.element_size() for a in held for t in (a.key, a.value) if t is not None)
 
 
 @contextmanager
@@ -119,13 +119,13 @@ def kv_cache(model: nn.Module) -> Iterator[KVCache]:
     :class:`~transformer_lib.model.DecoderOnlyTransformer` (anything whose ``decoder_layers`` have
     ``self_attn`` and perhaps ``cross_attn``).
     """
-    layers = model.decoder_layers
+    layers = cast(nn.ModuleList, model.decoder_layers)
     if any(isinstance(getattr(layer, "self_attn", None), CachedSelfAttention) for layer in layers):
         raise RuntimeError("this model is already inside kv_cache(); one cache per model at a time")
     originals = [(layer.self_attn, getattr(layer, "cross_attn", None)) for layer in layers]
     attentions: list[CachedSelfAttention] = []
     for layer, (self_attn, cross_attn) in zip(layers, originals):
-        layer.self_attn = CachedSelfAttention(self_attn)
+        layer.self_attn = CachedSelfAttention(cast(MultiHeadAttention, self_attn))
         attentions.append(layer.self_attn)
         if cross_attn is not None:
             layer.cross_attn = CachedCrossAttention(cross_attn)
@@ -163,7 +163,7 @@ def kv_cache_bytes_per_token(config: TransformerConfig, dtype: torch.dtype = tor
     n_target, n_source, vocab = 2, 3, config.pad_id + 2
     small = dataclasses.replace(config, src_vocab_size=vocab, tgt_vocab_size=vocab, dropout=0.0, attn_dropout=0.0)
     decoder_only = config.n_encoder_layers == 0
-    model = (DecoderOnlyTransformer(small) if decoder_only else Transformer(small)).to(dtype).eval()
+    model: Any = (DecoderOnlyTransformer(small) if decoder_only else Transformer(small)).to(dtype).eval()
     target = torch.full((1, n_target), vocab - 1)  # (1, T)
     with torch.no_grad(), kv_cache(model) as cache:
         if decoder_only:

@@ -25,7 +25,7 @@ from .blocks import GATED_ACTIVATIONS, Decoder, DecoderLayer, Encoder, EncoderLa
 from .config import TransformerConfig
 from .dropout import Dropout
 from .embeddings import TokenEmbedding
-from .masking import CAUSAL, padding_mask, target_mask
+from .masking import CAUSAL, CausalMask, padding_mask, target_mask
 from .normalization import NORMS
 from .positions import POSITIONAL, attention_options
 from .validation import check_token_ids
@@ -204,7 +204,7 @@ class Transformer(nn.Module):
         tgt: Tensor,
         memory: Tensor,
         src_mask: Tensor | None = None,
-        tgt_mask: Tensor | None = None,
+        tgt_mask: Tensor | CausalMask | None = None,
         start: int = 0,
     ) -> Tensor:
         """Target ids ``(B, T)`` and memory ``(B, S, D)`` -> decoder states ``(B, T, D)``.
@@ -226,9 +226,9 @@ class Transformer(nn.Module):
         check_sequences(src, "src")
         check_sequences(tgt, "tgt")
         src_mask = padding_mask(src, self.config.pad_id) if src_mask is None else src_mask
-        tgt_mask = CAUSAL if tgt_mask is None else tgt_mask
+        causal = CAUSAL if tgt_mask is None else tgt_mask
         memory = self.encode(src, src_mask)
-        return self.output_layer(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
+        return self.output_layer(self.decode(tgt, memory, src_mask, causal))  # (B, T, V_tgt)
 
     def attention_maps(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None) -> AttentionMaps:
         """All attention weights for one teacher-forced pass (for figures; use ``eval()`` mode).

@@ -18,6 +18,9 @@ Shapes: B batch, S source length, T target length, D model width, V vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, cast
+
 import torch
 from torch import Tensor, nn
 
@@ -103,7 +106,7 @@ def _layer_options(layer: EncoderLayer | DecoderLayer) -> dict:
 
 
 @torch.no_grad()
-def _copy_feed_forward_and_norms(ours: EncoderLayer | DecoderLayer, theirs: nn.Module, norms: list[nn.LayerNorm]) -> None:
+def _copy_feed_forward_and_norms(ours: Any, theirs: Any, norms: Sequence[nn.Module]) -> None:
     theirs.linear1.load_state_dict(ours.feed_forward.linear1.state_dict())
     theirs.linear2.load_state_dict(ours.feed_forward.linear2.state_dict())
     for target, source in zip((theirs.norm1, theirs.norm2, getattr(theirs, "norm3", None)), norms):
@@ -113,7 +116,7 @@ def _copy_feed_forward_and_norms(ours: EncoderLayer | DecoderLayer, theirs: nn.M
 def torch_encoder_layer(ours: EncoderLayer) -> nn.TransformerEncoderLayer:
     """An ``nn.TransformerEncoderLayer`` (batch_first) with our weights and our LN placement."""
     theirs = nn.TransformerEncoderLayer(**_layer_options(ours))
-    _copy_attention(ours.self_attn, theirs.self_attn)
+    _copy_attention(cast(MultiHeadAttention, ours.self_attn), theirs.self_attn)
     _copy_feed_forward_and_norms(ours, theirs, [ours.attn_residual.norm, ours.ff_residual.norm])
     return theirs
 
@@ -121,14 +124,14 @@ def torch_encoder_layer(ours: EncoderLayer) -> nn.TransformerEncoderLayer:
 def torch_decoder_layer(ours: DecoderLayer) -> nn.TransformerDecoderLayer:
     """An ``nn.TransformerDecoderLayer`` (batch_first) with our weights and our LN placement."""
     theirs = nn.TransformerDecoderLayer(**_layer_options(ours))
-    _copy_attention(ours.self_attn, theirs.self_attn)
-    _copy_attention(ours.cross_attn, theirs.multihead_attn)
+    _copy_attention(cast(MultiHeadAttention, ours.self_attn), theirs.self_attn)
+    _copy_attention(cast(MultiHeadAttention, ours.cross_attn), theirs.multihead_attn)
     norms = [ours.self_attn_residual.norm, ours.cross_attn_residual.norm, ours.ff_residual.norm]
     _copy_feed_forward_and_norms(ours, theirs, norms)
     return theirs
 
 
-def _copied_norm(norm: nn.Module | None) -> nn.LayerNorm | None:
+def _copied_norm(norm: Any) -> nn.LayerNorm | None:
     if norm is None:
         return None
     copy = nn.LayerNorm(norm.normalized_shape, eps=norm.eps)
@@ -138,7 +141,7 @@ def _copied_norm(norm: nn.Module | None) -> nn.LayerNorm | None:
 
 def _torch_encoder(ours: Encoder) -> nn.TransformerEncoder:
     """Our encoder stack as ``nn.TransformerEncoder``, layer by layer, with our final norm (if any)."""
-    layers = [torch_encoder_layer(layer) for layer in ours.layers]
+    layers = [torch_encoder_layer(cast(EncoderLayer, layer)) for layer in ours.layers]
     encoder = nn.TransformerEncoder(layers[0], num_layers=1, enable_nested_tensor=False)
     encoder.layers, encoder.num_layers = nn.ModuleList(layers), len(layers)
     # nn.Transformer would add final LayerNorms unconditionally; the Post-LN model has none.
@@ -148,7 +151,7 @@ def _torch_encoder(ours: Encoder) -> nn.TransformerEncoder:
 
 def _torch_decoder(ours: Decoder) -> nn.TransformerDecoder:
     """Our decoder stack as ``nn.TransformerDecoder``, layer by layer, with our final norm (if any)."""
-    layers = [torch_decoder_layer(layer) for layer in ours.layers]
+    layers = [torch_decoder_layer(cast(DecoderLayer, layer)) for layer in ours.layers]
     decoder = nn.TransformerDecoder(layers[0], num_layers=1)
     decoder.layers, decoder.num_layers = nn.ModuleList(layers), len(layers)
     decoder.norm = _copied_norm(ours.final_norm)

@@ -133,6 +133,8 @@ def _export_graph(module: nn.Module, args: tuple[Tensor, ...], path: Path, names
     with _quiet_exporter():
         program = torch.onnx.export(module, args, dynamo=True, input_names=names["inputs"],
                                     output_names=names["outputs"], dynamic_shapes=tuple(axes[name] for name in names["inputs"]))
+    if program is None:
+        raise RuntimeError("torch.onnx.export returned no ONNX program")
     proto = program.model_proto
     # The exporter notes each node's Python stack trace and module path (this checkout's paths, and
     # __main__ when run with -m): dropped, so the same model always gives the same bytes.
