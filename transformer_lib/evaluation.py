@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .validation import check_int
 
@@ -273,9 +273,9 @@ def paired_bootstrap(
                       [list(references)], test_type="bs", n_samples=n_samples)
     signatures, results = test()
     name = next(key for key in results if key != "System")  # sacrebleu's name: "BLEU", "chrF2"
-    scores = [SystemScore(float(r.score), float(r.mean), (float(r.mean - r.ci), float(r.mean + r.ci)))
-              for r in results[name]]
-    p_value = 1.0 if list(baseline) == list(system) else float(results[name][1].p_value)
+    rows = cast("list[Any]", results[name])  # sacrebleu's Result objects, baseline first
+    scores = [SystemScore(float(r.score), float(r.mean), (float(r.mean - r.ci), float(r.mean + r.ci))) for r in rows]
+    p_value = 1.0 if list(baseline) == list(system) else float(rows[1].p_value)
     return PairedBootstrap(scores[0], scores[1], p_value, n_samples, str(signatures[name]))
 
 

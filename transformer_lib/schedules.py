@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -180,7 +181,7 @@ def make_optimizer(
     return torch.optim.AdamW(groups, lr=1.0, betas=betas, eps=eps, foreach=True)
 
 
-def _fused_adamw_supported(params: list[Tensor]) -> bool:
+def _fused_adamw_supported(params: Sequence[Tensor]) -> bool:
     """Whether this PyTorch has a fused AdamW kernel for every device the parameters are on."""
     on_cpu = any(p.device.type == "cpu" for p in params)
     return not on_cpu or _torch_version() >= (2, 4)

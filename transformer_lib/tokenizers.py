@@ -74,7 +74,7 @@ def check_language(lang: object, name: str = "lang") -> None:
         except ImportError:  # no spaCy (a GPU box training on prepared ids): the code's form is all we check
             return
         try:
-            get_lang_class(lang)
+            get_lang_class(str(lang))
         except ImportError:
             known = False
     if not known:
@@ -270,6 +270,8 @@ def _learn_bpe(text: TextPairs, src_lang: str, tgt_lang: str, lowercase: bool, m
                vocab_size: int | None) -> tuple[SplitTokens, Tokenizer, Tokenizer]:
     """Learn one BPE vocabulary on the training split (both sides) and split every split into pieces."""
     train = text["train"]
+    if vocab_size is None:
+        raise ValueError("a BPE vocabulary needs vocab_size: how many tokens to learn")
     bpe = SubwordTokenizer.train([*(s for s, _ in train), *(t for _, t in train)], vocab_size=vocab_size,
                                  min_frequency=min_freq, lowercase=lowercase)
     tokens = {split: (bpe.tokenize_batch([s for s, _ in pairs]), bpe.tokenize_batch([t for _, t in pairs]))

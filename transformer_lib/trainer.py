@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -53,7 +53,7 @@ class TrainingDiverged(RuntimeError):
 def _training_module(model: nn.Module, device: torch.device, world_size: int, compile: bool) -> nn.Module:
     """``model``, wrapped in ``DistributedDataParallel`` with several processes, and compiled if asked."""
     module = data_parallel(model, device) if world_size > 1 else model
-    return torch.compile(module) if compile else module
+    return cast(nn.Module, torch.compile(module)) if compile else module
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -216,6 +216,7 @@ class Trainer:
         if not (self.train_module.training and self.model.training):
             self.train_module.train()
         self.optimizer.zero_grad(set_to_none=True)
+        batch_tokens: Tensor | int
         if micro_batches:
             batch_loss, batch_tokens = self._accumulate([batch, *micro_batches])
         else:
@@ -245,7 +246,7 @@ class Trainer:
         batch would give (dividing by each one's tokens would weight a short micro-batch's more)."""
         totals = torch.zeros(2, dtype=torch.float64, device=self.device)
         for i, batch in enumerate(micro_batches):  # DDP averages the gradients once, at the last one
-            with contextlib.nullcontext() if i == len(micro_batches) - 1 or self.world_size == 1 else self.train_module.no_sync():
+            with contextlib.nullcontext() if i == len(micro_batches) - 1 or self.world_size == 1 else cast(Any, self.train_module).no_sync():
                 loss_sum, n_tokens = self._forward(batch)
                 loss_sum.backward()
             totals += torch.stack([loss_sum.detach().double(), torch.as_tensor(n_tokens, device=self.device).double()])
@@ -302,7 +303,7 @@ class Trainer:
         """The rest of the current epoch (all of it, unless resumed mid-epoch), or until the loop should stop."""
         state = self.state
         sampler = getattr(self.train_loader, "batch_sampler", None)
-        if hasattr(sampler, "set_epoch"):
+        if sampler is not None and hasattr(sampler, "set_epoch"):
             sampler.set_epoch(state.epoch)
         # Resuming mid-epoch: skip the batches this epoch already trained on.
         batches = itertools.islice(iter(self.train_loader), state.batch_in_epoch, None)

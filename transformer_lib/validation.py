@@ -16,7 +16,7 @@ import hashlib
 import re
 from collections.abc import Collection, Mapping
 from math import isfinite
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -74,8 +74,9 @@ def check_number(
     if value is None and optional:
         return
     interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    number = isinstance(value, (int, float)) and not isinstance(value, bool) and isfinite(value)
-    inside = number and (low < value if low_open else low <= value) and (value < high if high_open else value <= high)
+    x = cast(float, value)  # compared only once it is known to be a number
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and isfinite(x)
+    inside = number and (low < x if low_open else low <= x) and (x < high if high_open else x <= high)
     if not inside:
         raise ValueError(f"{name} must be a finite number in {interval}{' or None' if optional else ''}, got {value!r}")
 

@@ -109,7 +109,7 @@ def command_logging(quiet: bool = False, log_file: str | Path | None = None, log
     except BaseException as error:
         if file is not None:
             message = " ".join(str(error).split()) or type(error).__name__
-            file.handle(logger.makeRecord(ROOT_LOGGER, logging.ERROR, "", 0, f"stopped: {message}", None, None))
+            file.handle(logger.makeRecord(ROOT_LOGGER, logging.ERROR, "", 0, f"stopped: {message}", (), None))
         raise
     finally:
         for handler in handlers:

@@ -70,7 +70,7 @@ def open_output(path: str | None) -> Iterator[IO[str]]:
     with atomic_file(path) as raw:
         if path.endswith(".gz"):
             with gzip.open(raw, "wt", encoding="utf-8") as f:
-                yield f  # type: ignore[misc]
+                yield f
         else:
             text = io.TextIOWrapper(raw, encoding="utf-8")
             yield text

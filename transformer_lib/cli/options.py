@@ -20,7 +20,7 @@ import sys
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..blocks import ACTIVATIONS, GATED_ACTIVATIONS
 from ..config import PRESETS, TransformerConfig
@@ -208,7 +208,7 @@ class RunConfig:
             return
         check_choice(flag("tokenizer"), self.tokenizer, learned_tokenizers())
         check_choice(flag("bleu"), self.bleu, BLEU_MODES)
-        if TOKENIZERS[self.tokenizer].joint and self.vocab_size is not None and self.vocab_size <= len(SPECIALS):
+        if TOKENIZERS[cast(str, self.tokenizer)].joint and self.vocab_size is not None and self.vocab_size <= len(SPECIALS):
             raise ValueError(f"--vocab-size must be more than the {len(SPECIALS)} special tokens for --tokenizer {self.tokenizer}, "
                              f"got {self.vocab_size}")
 

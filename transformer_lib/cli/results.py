@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..checkpoint import atomic_write
 
@@ -64,5 +64,5 @@ def save_loss_plot(history: dict[str, Any], path: Path, title: str) -> bool:
     ax.grid(alpha=0.3)
     if history.get("train") or history.get("val"):
         ax.legend()
-    atomic_write(path, lambda f: ax.figure.savefig(f, dpi=120, format="png"))
+    atomic_write(path, lambda f: cast(Any, ax.figure).savefig(f, dpi=120, format="png"))
     return True

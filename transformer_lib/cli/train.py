@@ -55,7 +55,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -230,7 +230,7 @@ def _fit(run: _Run, trainer: Trainer, data: _Data, start: float) -> None:
 
     def on_save(path: Path) -> None:
         if path == run.checkpoint_path:
-            progress = {"selection": None, "final": None, "bleu": None, "examples": []}
+            progress: dict[str, Any] = {"selection": None, "final": None, "bleu": None, "examples": []}
             write_json(run.out / "metrics.json", _metrics(run, trainer, data, progress, time.perf_counter() - start))
 
     def on_log(record: dict[str, Any]) -> None:
@@ -360,11 +360,11 @@ def _multi30k_data(run: _Run, cached_exists: bool) -> PreparedTranslation:
         what = "all pairs" if config.train_size is None else f"a random {config.train_size:,} pairs"
         logger.info(f"preparing {what} of the training split ({config.profile} profile)")
         how = (f"a joint {config.tokenizer} vocabulary of {config.vocab_size:,} tokens, learned on the training split"
-               if TOKENIZERS[config.tokenizer].joint else f"{config.tokenizer} tokenizers, min_freq={config.min_freq}")
+               if TOKENIZERS[cast(str, config.tokenizer)].joint else f"{config.tokenizer} tokenizers, min_freq={config.min_freq}")
         logger.info(f"tokenizing Multi30k ({how}) ...")
         prepared = prepare_multi30k(
-            session.data_dir, lowercase=config.lowercase, min_freq=config.min_freq, train_size=config.train_size,
-            seed=config.seed, tokenizer=config.tokenizer, vocab_size=config.vocab_size,
+            session.data_dir, lowercase=config.lowercase, min_freq=cast(int, config.min_freq), train_size=config.train_size,
+            seed=config.seed, tokenizer=cast(str, config.tokenizer), vocab_size=cast(int, config.vocab_size),
         )
         prepared.save(cached)
     wait_for_all(run.device)
@@ -524,10 +524,11 @@ def _evaluate_split(run: _Run, trainer: Trainer, data: _Data, split: str) -> dic
 def _final_results(run: _Run, trainer: Trainer, data: _Data) -> dict[str, Any]:
     """After training: choose the weights, then measure them (loss, and BLEU if asked) on val and test."""
     bleu_on = run.config.bleu != "off"
-    val_bleu = functools.partial(_val_bleu_record, run, data, trainer.model) if bleu_on else None
+    model = cast(Transformer, trainer.model)
+    val_bleu = functools.partial(_val_bleu_record, run, data, model) if bleu_on else None
     selection = _select_weights(run, trainer, data, val_bleu)
     final = {split: _evaluate_split(run, trainer, data, split) for split in ("val", "test") if split in data.splits}
-    bleu, examples = _final_bleu(run, trainer.model, data) if bleu_on else ({}, [])
+    bleu, examples = _final_bleu(run, model, data) if bleu_on else ({}, [])
     results = {"selection": selection, "final": final, "bleu": bleu or None, "examples": examples}
     if run.config.family == "toy":  # one number hides a short length's few sequences: each length apart
         by_length = exact_match_by_length(trainer.model, data.splits["val"], device=run.device)
@@ -584,13 +585,13 @@ def _select_weights(run: _Run, trainer: Trainer, data: _Data, val_bleu: Callable
         return {"chosen": chosen, "candidates": candidates, "by": by, "checkpoint": "checkpoint.pt"}
     checkpoint = trainer.checkpoint()  # every process takes part; process 0 writes
     if trainer.is_main:
-        save_checkpoint(trainer.checkpoint_path.parent / "model.pt", {**checkpoint, "selected": chosen})
+        save_checkpoint(cast(Path, trainer.checkpoint_path).parent / "model.pt", {**checkpoint, "selected": chosen})
     return {"chosen": chosen, "candidates": candidates, "by": by, "checkpoint": "model.pt"}
 
 
 def _metrics(run: _Run, trainer: Trainer, data: _Data, results: dict[str, Any], wall_s: float) -> dict[str, Any]:
     """What metrics.json holds (format :data:`~transformer_lib.cli.results.METRICS_FORMAT_VERSION`)."""
-    model, history, config = trainer.model, trainer.history, run.config
+    model, history, config = cast(Transformer, trainer.model), trainer.history, run.config
     return {
         "metrics_format": METRICS_FORMAT_VERSION,
         "task": config.task,

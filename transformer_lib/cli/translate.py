@@ -35,6 +35,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from .. import pretrained
 from ..device import parse_device
@@ -144,7 +145,7 @@ def _load(args: TranslateOptions) -> Translator:
     if args.pretrained:
         args.checkpoint = "the pretrained model"
         return pretrained.load(device=args.device)
-    return Translator.from_checkpoint(args.checkpoint, device=args.device)
+    return Translator.from_checkpoint(cast(str, args.checkpoint), device=args.device)
 
 
 def _sentences(args: TranslateOptions) -> list[str]:
@@ -181,7 +182,7 @@ def _translate(args: TranslateOptions, translator: Translator, sentences: list[s
 def _pairs(args: TranslateOptions, translator: Translator) -> tuple[str, list[tuple[str, str]]]:
     """What is scored: a name and its ``(source, reference)`` pairs."""
     if args.src is not None:
-        sources, references = read_lines(args.src), read_lines(args.ref)
+        sources, references = read_lines(args.src), read_lines(cast(str, args.ref))
         if len(sources) != len(references):
             raise TranslationError(f"--src {args.src} has {len(sources)} lines but --ref {args.ref} has "
                                    f"{len(references)}: they must pair line by line")
@@ -189,7 +190,7 @@ def _pairs(args: TranslateOptions, translator: Translator) -> tuple[str, list[tu
     if translator.task != "multi30k":
         raise TranslationError(f"--eval needs a Multi30k checkpoint; {args.checkpoint} was trained on the {translator.task!r} task")
     src_lang, tgt_lang = translator.data["src_lang"], translator.data["tgt_lang"]
-    pairs = read_multi30k_split(args.eval, args.data_dir, src_lang, tgt_lang)[: args.limit]
+    pairs = read_multi30k_split(cast(str, args.eval), args.data_dir, src_lang, tgt_lang)[: args.limit]
     return f"Multi30k {args.eval}: {{n}} sentences, {src_lang}->{tgt_lang}", pairs
 
 
