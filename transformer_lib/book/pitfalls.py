@@ -45,6 +45,7 @@ from transformer_lib.attention import MultiHeadAttention, softmax_attention
 from transformer_lib.batching import padding_waste
 from transformer_lib.decoding import next_token_logits
 from transformer_lib.masking import padding_mask
+from transformer_lib.model import DecoderOnlyTransformer, Transformer
 
 __all__ = [
     "attention_without_scaling",
@@ -497,7 +498,7 @@ def padding_waste_by_sort_key(sentences: Sequence[str], tokenize: Callable[[str]
 # --- Chapter 6: decoding --------------------------------------------------------------------------
 
 
-def greedy_decode_recomputing_prefix(model: nn.Module, src: Tensor, src_mask: Tensor, max_new_tokens: int,
+def greedy_decode_recomputing_prefix(model: Transformer, src: Tensor, src_mask: Tensor, max_new_tokens: int,
                                      bos_id: int, eos_id: int, pad_id: int) -> Tensor:
     """Greedy decoding that feeds the decoder the whole prefix at every step, without the cache.
 

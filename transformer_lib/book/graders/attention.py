@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -131,13 +131,14 @@ def _weights_are_a_distribution(fn: Callable[..., Any]) -> None:
     q, k, v, example = _attention_case(3)
     _, weights = as_output(call(fn, q, k, v, what="your attention", example=example), "your attention", example)
     expected = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
-    expect_close(weights, expected, check="weights", example=example,
+    expect_close(cast(Tensor, weights), expected, check="weights", example=example,
                  message="the weights returned next to the output are not softmax(Q Kᵀ / √d_k)",
                  hint="return the weights after the softmax: shape (..., T, L), each row summing to one")
 
 
 def _keeps_float64(fn: Callable[..., Any]) -> None:
-    q, k, v, example = (t.double() if isinstance(t, Tensor) else t for t in _attention_case(2))
+    q, k, v, example = _attention_case(2)
+    q, k, v = q.double(), k.double(), v.double()
     out, _ = as_output(call(fn, q, k, v, what="your attention in float64", example=example), "", example)
     if out.dtype != torch.float64:
         raise Problem("dtype", f"float64 inputs give a {out.dtype} output", example=example,

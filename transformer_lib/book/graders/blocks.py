@@ -131,10 +131,11 @@ def _one_layer_norm(setting: _Setting, state: dict[str, Any]) -> None:
             norm.weight.copy_(1.0 + torch.rand(D, generator=generator))
             norm.bias.copy_(torch.rand(D, generator=generator) - 0.5)
     reference = Residual(D, 0.0, norm_first=setting.norm_first).eval()
-    reference.norm.eps = norm.eps
+    reference_norm: Any = reference.norm  # the library's LayerNorm
+    reference_norm.eps = norm.eps
     with torch.no_grad():
-        reference.norm.weight.copy_(norm.weight if norm.weight is not None else torch.ones(D))
-        reference.norm.bias.copy_(norm.bias if norm.bias is not None else torch.zeros(D))
+        reference_norm.weight.copy_(norm.weight if norm.weight is not None else torch.ones(D))
+        reference_norm.bias.copy_(norm.bias if norm.bias is not None else torch.zeros(D))
     state["norm"], state["reference"] = norm, reference
 
 

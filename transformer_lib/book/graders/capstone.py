@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import torch
@@ -58,8 +58,8 @@ def _library_residual(d_model: int, dropout: float = 0.0) -> nn.Module:
 
 def _library_greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int,
                     eos_id: int, pad_id: int) -> Tensor:
-    return greedy_decode(model, src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id, eos_id=eos_id,
-                         pad_id=pad_id)
+    return greedy_decode(cast(Transformer, model), src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id,
+                         eos_id=eos_id, pad_id=pad_id)
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def assemble(config: TransformerConfig, pieces: Pieces, seed: int = 0) -> Transf
         for layer in [*model.encoder.layers, *model.decoder.layers]:
             for name, child in list(layer.named_children()):
                 if isinstance(child, MultiHeadAttention) and "attention" in pieces.yours:
-                    mine = PiecesAttention(D, H, config.attn_dropout, attention=pieces.attention)
+                    mine: nn.Module = PiecesAttention(D, H, config.attn_dropout, attention=pieces.attention)
                     mine.load_state_dict(child.state_dict())  # the same weights
                     setattr(layer, name, mine)
                 elif isinstance(child, Residual) and "residual" in pieces.yours:
@@ -341,8 +341,8 @@ def _cache_equals_recompute(setting: _Setting, state: dict[str, Any]) -> None:
 
 def _uncached_greedy(model: Any, src: Tensor, src_mask: Tensor, max_new_tokens: int, bos_id: int, eos_id: int,
                      pad_id: int) -> Tensor:
-    return greedy_decode(model, src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id, eos_id=eos_id,
-                         pad_id=pad_id, use_cache=False)
+    return greedy_decode(cast(Transformer, model), src, src_mask, max_new_tokens=max_new_tokens, bos_id=bos_id,
+                         eos_id=eos_id, pad_id=pad_id, use_cache=False)
 
 
 def _by_length(setting: _Setting, state: dict[str, Any]) -> dict[int, tuple[int, int]]:

@@ -19,7 +19,7 @@ from torch import Tensor
 from transformer_lib.beam_search import beam_search
 from transformer_lib.config import TransformerConfig
 from transformer_lib.decoding import decoding_step, generation_loop, greedy_decode
-from transformer_lib.masking import padding_mask
+from transformer_lib.masking import CausalMask, padding_mask
 from transformer_lib.model import Transformer
 
 from .report import Case, GradeReport, Grading, KnownBug, Problem, Refused, call, expect_cases_close, fmt_inputs
@@ -53,8 +53,8 @@ class _RecordingTransformer(Transformer):
         self.calls.append(("encode", src.size(1), 0, False))
         return super().encode(src, src_mask)
 
-    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
-               start: int = 0) -> Tensor:
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+               tgt_mask: Tensor | CausalMask | None = None, start: int = 0) -> Tensor:
         self.calls.append(("decode", tgt.size(1), start, self.cache_active()))
         return super().decode(tgt, memory, src_mask, tgt_mask, start)
 
@@ -77,7 +77,7 @@ def _scenario(pad: int = PAD, bos: int = BOS, all_end: bool = False) -> tuple[in
             ends = [(row == eos).nonzero() for row in free]
             first = [int(e[0]) if len(e) else None for e in ends]
             if all_end:
-                wanted = None not in first and len(set(first)) > 1 and max(first) <= MAX_NEW_TOKENS - 3  # type: ignore[type-var]
+                wanted = None not in first and len(set(first)) > 1 and max(f or 0 for f in first) <= MAX_NEW_TOKENS - 3
             else:
                 wanted = None in first and any(f is not None and 1 <= f <= MAX_NEW_TOKENS - 3 for f in first)
             if wanted:
@@ -228,13 +228,13 @@ def _model_restored(setting: _Setting) -> None:
 
 
 def _stops_early(fn: Callable[..., Any]) -> None:
-    setting, state = _setting(all_end=True), {}
+    setting, state = _setting(all_end=True), dict[str, Any]()
     _runs(fn, setting, state)
     _matches_reference(setting, state)
 
 
 def _special_ids(fn: Callable[..., Any]) -> None:
-    setting, state = _setting(FAIRSEQ_PAD, FAIRSEQ_BOS), {}
+    setting, state = _setting(FAIRSEQ_PAD, FAIRSEQ_BOS), dict[str, Any]()
     _runs(fn, setting, state)
     _matches_reference(setting, state)
 

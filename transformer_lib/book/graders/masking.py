@@ -102,8 +102,8 @@ class _TokenMaskCases:
 
     def case(self, index: int) -> tuple[Tensor, int, Tensor, str]:
         """``(tokens (B, L), pad_id, the reader's mask, the input printed)``."""
-        tokens, pad, note = self.cases[index]
-        tokens = torch.tensor(tokens)
+        ids, pad, note = self.cases[index]
+        tokens = torch.tensor(ids)
         B, L = tokens.shape
         example = fmt_inputs(tokens=tokens, pad_id=pad) + (f"\n({note})" if note else "")
         return tokens, pad, _checked_mask(self.fn, (tokens, pad), self.what, (B, 2, L, L), example), example
@@ -337,8 +337,8 @@ def _masked_cases() -> list[tuple[Tensor, Tensor, Tensor, Tensor | None]]:
         (inputs(1, 1, seed=20), inputs(2, 1, seed=21), inputs(2, 1, seed=22), torch.tensor([[True, False]])),
         (inputs(2, 2, seed=23), inputs(3, 2, seed=24), inputs(3, 1, seed=25),
          torch.tensor([[True, False, True], [False, True, True]])),
-        (*(inputs(2, 4, 4, seed=26 + i) for i in range(3)), padding_mask(tokens, 0)[:, 0]),
-        (*(inputs(2, 2, 4, 4, seed=29 + i) for i in range(3)), padding_mask(tokens, 0)),
+        (inputs(2, 4, 4, seed=26), inputs(2, 4, 4, seed=27), inputs(2, 4, 4, seed=28), padding_mask(tokens, 0)[:, 0]),
+        (inputs(2, 2, 4, 4, seed=29), inputs(2, 2, 4, 4, seed=30), inputs(2, 2, 4, 4, seed=31), padding_mask(tokens, 0)),
         (inputs(2, 3, 4, seed=32), inputs(2, 4, 4, seed=33), inputs(2, 4, 2, seed=34), None),
     ]
 

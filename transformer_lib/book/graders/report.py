@@ -637,7 +637,7 @@ def expect_close(got: Tensor, expected: Tensor, *, check: str, message: str, exa
 Case = tuple[Tensor, Tensor, str, list[KnownBug]]  # (got, expected, example, known bugs)
 
 
-def expect_cases_close(cases: Iterable[Callable[[], Case]], *, check: str, message: str, hint: str = "",
+def expect_cases_close(cases: Iterable[Callable[..., Case]], *, check: str, message: str, hint: str = "",
                        rtol: float = 1e-4, atol: float = 1e-5) -> None:
     """``got == expected`` (:func:`close`) over cases ordered smallest first: the first case that differs is the one
     shown, and a known bug is named only if it matches the reader's output on *every* case it
@@ -755,7 +755,7 @@ def inputs(*shape: int, seed: int, dtype: torch.dtype = torch.float32, low: int 
 
 
 
-def property_check(check: str, run: Callable[[], None], *, example: str, hint: str = "") -> None:
+def property_check(check: str, run: Callable[[], object], *, example: str, hint: str = "") -> None:
     """Run a property check of :mod:`transformer_lib.properties` (the library's own tests use them); its
     ``AssertionError`` becomes a :class:`Problem` named ``check``, or ``"dropout_in_eval"`` when the
     code is random in evaluation mode."""

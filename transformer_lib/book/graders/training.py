@@ -110,8 +110,8 @@ def _loss_bugs(logits: Tensor, target: Tensor, eps: float, pad: int) -> list[Kno
 
 def _loss_case(index: int) -> tuple[Tensor, Tensor, float, int, str]:
     """``(logits, target, label_smoothing, ignore_index, the input printed)`` of ``LOSS_CASES[index]``."""
-    shape, target, eps, pad = LOSS_CASES[index]
-    logits, target = inputs(*shape, seed=50 + index), torch.tensor(target)
+    shape, ids, eps, pad = LOSS_CASES[index]
+    logits, target = inputs(*shape, seed=50 + index), torch.tensor(ids)
     return logits, target, eps, pad, fmt_inputs(logits=logits, target=target, label_smoothing=eps, ignore_index=pad)
 
 
