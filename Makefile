@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 # Two pytest workers (the machines have two cores), one BLAS thread each.
 PYTEST_WORKERS ?= 2
 
-.PHONY: book site test site-test library setup torch lock checks colab unit lowest latest python notebooks browser clean release
+.PHONY: book site test site-test library setup torch lock checks colab unit types lowest latest python notebooks browser clean release
 
 # .venv with everything the book and the tests need (below); `make book` and `make test` do it first.
 setup: $(STAMP)
@@ -56,14 +56,16 @@ torch: | $(UV)
 	      --index-url https://download.pytorch.org/whl/cpu; \
 	fi
 
-# The lock made anew: the newest versions requirements.txt and pyproject.toml allow, for Python >= 3.10 on
-# every platform, torch at TORCH_PIN (`make lock TORCH_PIN=torch==X.Y.Z`), without the CUDA libraries.
+# The lock made anew from requirements.txt and pyproject.toml, for Python >= 3.10 on every platform, torch
+# at TORCH_PIN (`make lock TORCH_PIN=torch==X.Y.Z`), without the CUDA libraries. The lock's versions are
+# kept where they still fit (a new requirement adds what it needs); UPGRADE=1 takes the newest of all.
 # Commit it after `make test` passed with it.
 lock: | $(UV)
-	{ sed -n '/^#/!q;p' $(LOCK); \
-	  $(UV) pip compile requirements.txt --universal --python-version 3.10 --no-header --no-annotate --quiet \
-	    -c <(echo "$(TORCH_PIN)") | grep -v -E '^(nvidia-|cuda-|triton)'; } > $(LOCK).new
-	mv $(LOCK).new $(LOCK)
+	cp $(LOCK) $(LOCK).new
+	$(UV) pip compile requirements.txt --universal --python-version 3.10 --no-header --no-annotate --quiet \
+	  -c <(echo "$(TORCH_PIN)") $(if $(UPGRADE),--upgrade) -o $(LOCK).new
+	{ sed -n '/^#/!q;p' $(LOCK); grep -v -E '^(nvidia-|cuda-|triton)' $(LOCK).new; } > $(LOCK).tmp
+	rm $(LOCK).new; mv $(LOCK).tmp $(LOCK)
 
 # The website, every section executed anew (the execution cache and .doctrees emptied first).
 book: $(STAMP)
@@ -91,10 +93,11 @@ test: $(STAMP)
 	{ grep -v 'WARNING: Location' _build/library.log || true; }; \
 	exit $$status
 
-# The library's tests at the lowest versions, at .venv's (the lock's) and at the newest; a failure in one
-# still runs the others. The shipped model's test BLEU: greedy at lowest and newest, beam at .venv's.
+# The library's tests at the lowest versions, its types, its tests at .venv's (the lock's) and at the
+# newest; a failure in one still runs the others. The shipped model's test BLEU: greedy at lowest and newest, beam at .venv's.
 library:
 	status=0; $(MAKE) --no-print-directory lowest || status=$$?; \
+	  $(MAKE) --no-print-directory types || status=$$?; \
 	  $(MAKE) --no-print-directory unit UNIT_DESELECT=$(GREEDY_BLEU) || status=$$?; \
 	  $(MAKE) --no-print-directory latest || status=$$?; exit $$status
 
@@ -118,6 +121,11 @@ UNIT_DESELECT ?=
 unit: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=25 --doctest-modules transformer_lib tests -m "not browser" \
 	  --ignore=tests/test_colab.py $(foreach test,$(UNIT_DESELECT),--deselect '$(test)')
+
+# The package's annotations checked by mypy ([tool.mypy] in pyproject.toml says what and how strictly):
+# it ships py.typed, so users' type checkers read them.
+types: $(STAMP)
+	$(BIN)/python -m mypy
 
 # The library's tests at the lowest versions and Python pyproject.toml declares (requirements-lowest.txt),
 # in .venv-lowest: what `pip install` may give a user is what a test passed with.
