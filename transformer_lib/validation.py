@@ -174,7 +174,7 @@ def _check_broadcast(name: str, tensor: Tensor, scores_shape: torch.Size | tuple
         broadcast = torch.broadcast_shapes(tensor.shape, scores_shape)
     except RuntimeError:
         broadcast = None
-    if broadcast != torch.Size(scores_shape):
+    if broadcast is None or tuple(broadcast) != scores_shape:  # no torch.Size(...): a graph break in torch 2.4's compiler
         raise ValueError(
             f"{name} of shape {tuple(tensor.shape)} does not broadcast to the attention scores of shape "
             f"{scores_shape} (batch..., queries, keys); each of its dimensions must be 1 or equal the "
