@@ -46,3 +46,24 @@ def real_multi30k():
     if os.environ.get("REQUIRE_MULTI30K") == "1":
         pytest.fail(message + " and REQUIRE_MULTI30K=1")
     pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium, one per test process for every browser test (tests/test_site.py and
+    tests/test_site_widget.py): Playwright's sync API starts once per process, and a second one beside
+    it refuses to start ("Sync API inside the asyncio loop")."""
+    from test_site import CHROMIUM_FLAGS, _find_chromium, _no_browser
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as err:
+        _no_browser(f"Playwright is not installed ({err})")
+    executable = _find_chromium()
+    if executable is None:
+        _no_browser("no Chromium at /usr/bin/chromium or on PATH (or at $CHROMIUM)")
+    with sync_playwright() as playwright:
+        # Playwright starts it headless, with a fresh profile.
+        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()

@@ -242,20 +242,8 @@ def _no_browser(reason: str) -> None:
     pytest.skip(f"BROWSER TEST NOT RUN: {reason}")
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as err:
-        _no_browser(f"Playwright is not installed ({err})")
-    executable = _find_chromium()
-    if executable is None:
-        _no_browser("no Chromium at /usr/bin/chromium or on PATH (or at $CHROMIUM)")
-    with sync_playwright() as playwright:
-        # Playwright starts it headless, with a fresh profile.
-        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
-        yield chromium
-        chromium.close()
+# The browser fixture is in tests/conftest.py: one Playwright per process, shared with the widget's test
+# (two sync Playwrights in one process refuse to start).
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

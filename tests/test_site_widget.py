@@ -63,21 +63,6 @@ site_widget = _module(ROOT / "tools" / "site_widget.py")
 book_site = _module(ROOT / "_ext" / "book_site.py")
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as err:
-        _no_browser(f"Playwright is not installed ({err})")
-    executable = _find_chromium()
-    if executable is None:
-        _no_browser("no Chromium at /usr/bin/chromium or on PATH (or at $CHROMIUM)")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
-        yield chromium
-        chromium.close()
-
-
 def _page_html(examples: list[str], decoding: dict) -> str:
     """A page with the widget, its two files in its head as _ext/book_site.py adds them."""
     head = '<link rel="stylesheet" href="_static/widget/widget.css"><script defer src="_static/widget/widget.js"></script>'
