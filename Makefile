@@ -67,9 +67,9 @@ lock: | $(UV)
 	{ sed -n '/^#/!q;p' $(LOCK); grep -v -E '^(nvidia-|cuda-|triton)' $(LOCK).new; } > $(LOCK).tmp
 	rm $(LOCK).new; mv $(LOCK).tmp $(LOCK)
 
-# The website, every section executed anew (the execution cache and .doctrees emptied first).
+# The website, every section executed anew (the execution cache, .doctrees and the old pages removed first).
 book: $(STAMP)
-	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock _build/.doctrees
+	rm -rf _build/.jupyter_cache _build/.jupyter_cache.lock _build/.doctrees _build/html
 	$(MAKE) --no-print-directory site
 
 # The website from the execution cache, executing only changed sections; the build also exports the

@@ -732,6 +732,9 @@ MAX_CODE_SHARE = 0.20
 # The longest a page may be, in screens (the document's height over the window's), in its default state:
 # a section a reader finishes in one sitting. Issue 25: 12 screens at 1280x900, 18 at 390x844.
 MAX_SCREENS = {"desktop": 12, "phone": 18}
+# Pages looked up, not read in one sitting, have no length limit (everything else still holds: nothing cut
+# or scrolling sideways, code share, figures): the library's reference, each module folded under its name.
+REFERENCE_PAGES = {"book/api.html"}
 # Matplotlib figures are drawn for a white page; in dark mode the site inverts them (_static/site.css)
 # instead of showing them as white cards. The figures that are not inverted:
 WHITE_FIGURES_JS = """() => Array.from(document.querySelectorAll(".cell_output img:not(.tt-altair-static)"))
@@ -1116,7 +1119,7 @@ def measure_opened(page: Any, record: Visit, path: str, layout: Layout) -> None:
     layout.shrunk = [f for f in layout.figures if f["smallest_px"] < MIN_TEXT_PX]
     opened = page.evaluate(READING_JS)
     layout.reading.update(printed=opened["printed"], tables=opened["tables"])
-    layout.problems += layout_problems(layout.viewport, layout.share, layout.clipped)
+    layout.problems += layout_problems(layout.viewport, layout.share, layout.clipped, path)
     layout.problems += reading_problems(layout)
     layout.problems += [p for p in record.problems() if p not in before]
     if (layout.problems and not EVERY_SCREENSHOT) or (EVERY_SCREENSHOT and layout.viewport == "print"):
@@ -1149,11 +1152,12 @@ def reading_problems(layout: Layout) -> list[str]:
     return problems
 
 
-def layout_problems(viewport: str, share: dict, clipped: list[dict]) -> list[str]:
+def layout_problems(viewport: str, share: dict, clipped: list[dict], path: str = "") -> list[str]:
     """What the limits of issue 25 say about a page's measurements (see ``MAX_SCREENS``,
-    ``MAX_CODE_SHARE`` and ``CLIPPED_JS``); ``share`` is empty on paper."""
+    ``MAX_CODE_SHARE`` and ``CLIPPED_JS``); ``share`` is empty on paper. ``REFERENCE_PAGES`` have no
+    length limit."""
     problems = []
-    limit = MAX_SCREENS.get(viewport)
+    limit = None if path in REFERENCE_PAGES else MAX_SCREENS.get(viewport)
     if limit is not None and share["screens"] > limit:
         problems.append(f"the page is {share['screens']:.1f} screens long at {viewport} size, more than {limit}")
     if viewport == "desktop" and share["code_share"] > MAX_CODE_SHARE:
