@@ -98,6 +98,19 @@ def where(request, assembled) -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
+def one_site(assembled) -> Iterator[tuple[str, str]]:
+    """The long checks' one site (about a minute each): the built book when there is one, else the
+    assembled site (the same files)."""
+    page = SITE / WIDGET_PAGE
+    if page.is_file():
+        with serve(SITE) as base:
+            yield base, WIDGET_PAGE
+    else:
+        with serve(assembled) as base:
+            yield base, "widget.html"
+
+
+@pytest.fixture(scope="module")
 def shipped():
     return pretrained.load()
 
@@ -255,21 +268,13 @@ BATCH_JS = """async ({sentences, beamSize}) => {
 }"""
 
 
-def _once(path: str) -> None:
-    """The long checks run on one site: the built book when there is one, else the assembled site
-    (the same files; about a minute each)."""
-    if path == "widget.html" and (SITE / WIDGET_PAGE).is_file():
-        pytest.skip("checked on the built site")
-
-
 def _first_test_sentences(folder: Path, count: int = 200) -> list[str]:
     return [source for source, _ in read_multi30k_split("test", folder, "de", "en")[:count]]
 
 
 @pytest.mark.multi30k
-def test_the_first_200_test_sentences_as_python_translates_them(browser, where, shipped, real_multi30k):
-    base, path = where
-    _once(path)
+def test_the_first_200_test_sentences_as_python_translates_them(browser, one_site, shipped, real_multi30k):
+    base, path = one_site
     sentences = _first_test_sentences(real_multi30k)
     expected = shipped.translate_tokens(sentences, beam_size=1)
     with opened(browser, base, path) as (page, record):
@@ -291,9 +296,8 @@ def test_the_first_200_test_sentences_as_python_translates_them(browser, where, 
 
 
 @pytest.mark.multi30k
-def test_beam_search_with_the_chosen_length_penalty(browser, where, shipped, real_multi30k):
-    base, path = where
-    _once(path)
+def test_beam_search_with_the_chosen_length_penalty(browser, one_site, shipped, real_multi30k):
+    base, path = one_site
     beam_size, alpha = shipped.decoding_settings()
     assert beam_size > 1
     sentences = _first_test_sentences(real_multi30k, 20)
