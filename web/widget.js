@@ -320,10 +320,12 @@
       const cross = result.cross;
       const l = Number(this.layer.value || cross.layers - 1);
       const h = Number(this.head.value || -1);
-      const table = element("table", { class: "tt-translate-map" },
-        element("caption", { class: "tt-translate-caption",
-          text: "Cross-attention of decoder layer " + (l + 1) + ", " + (h < 0 ? "mean of the heads" : "head " + (h + 1)) +
-                ": a row per target piece, a column per source piece" }));
+      const what = "Cross-attention of decoder layer " + (l + 1) + ", " + (h < 0 ? "mean of the heads" : "head " + (h + 1)) +
+                   ": a row per target piece, a column per source piece";
+      // The caption is a paragraph below the table, as wide as the box: a table's own caption is as wide
+      // as the table, which scrolls sideways on a phone, and was cut there.
+      const table = element("table", { class: "tt-translate-map", "aria-label": what });
+      const caption = element("p", { class: "tt-translate-caption", text: what });
       const head = element("tr", {}, element("th", {}));
       result.source.shown.forEach((piece) => head.appendChild(element("th", { scope: "col", text: piece })));
       table.appendChild(element("thead", {}, head));
@@ -344,7 +346,7 @@
         const cell = event.target.closest("td");
         if (cell) this.readout.textContent = cell.title;
       });
-      this.heatmap.replaceChildren(table);
+      this.heatmap.replaceChildren(table, caption);
     }
   }
 
