@@ -1,6 +1,6 @@
 """Scaled dot-product attention and multi-head attention (chapter 1); linear attention (chapter 7).
 
-Shapes:
+Shapes::
 
     B   batch size              H   number of (query) heads    Hkv  key/value heads (grouped-query)
     T   number of queries       L   number of keys/values (L = T in self-attention, S in cross-attention)

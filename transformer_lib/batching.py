@@ -10,7 +10,7 @@ It imports nothing from the model, and nothing about text: the ids come from
 :mod:`transformer_lib.prepared` or :mod:`transformer_lib.toy_tasks`, and are checked against the
 vocabularies once, where they are loaded (:meth:`TranslationData.check_ids`).
 
-Shapes:
+Shapes::
 
     B  batch size    S  source length    T  target length
 """

@@ -6,7 +6,7 @@ which have ended, which to return. That bookkeeping is host-side Python (lists o
 hypotheses per sentence, as in fairseq and Hugging Face), so unlike
 :func:`~transformer_lib.decoding.greedy_decode` it reads a few numbers from the device at every step.
 
-Shapes:
+Shapes::
 
     B  batch size (sentences)   K  beam size   T  tokens decoded so far (with <bos>)
     S  source length            V  target vocabulary size   D  model width

@@ -1,6 +1,6 @@
 """The building blocks: feed-forward, residual sublayers, encoder and decoder layers, and stacks.
 
-Shapes:
+Shapes::
 
     B  batch size    S  source length    T  target length    D  model width (d_model)    H  heads
 

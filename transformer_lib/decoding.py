@@ -41,7 +41,7 @@ Conventions shared by every function here:
 - The model is put in eval mode (no dropout) and gradients are off while decoding; its previous
   mode is restored afterwards.
 
-Shapes:
+Shapes::
 
     B  batch size (sentences)   S  source length   T  tokens decoded so far (with <bos> or the prompt)
     P  prompt length            V  target vocabulary size   D  model width

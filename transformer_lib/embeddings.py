@@ -6,7 +6,7 @@ self-attention subclasses of :mod:`transformer_lib.positional_attention`:
 :class:`RotaryEmbedding` (RoPE) rotates queries and keys; :class:`ALiBiBias` and
 :class:`RelativePositionBias` add a bias to the scores that depends on the distance ``j - i``.
 
-Shapes:
+Shapes::
 
     B  batch size    L  sequence length    D  model width (d_model)    V  vocabulary size
     H  heads         Dh head width (d_model / H)    T  queries    (keys: L)

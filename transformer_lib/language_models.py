@@ -8,7 +8,7 @@ and the short training loop that the decoder-only and the masked (encoder-only) 
 - Training: :func:`train_steps`, one pass of chapter 5's :class:`~transformer_lib.trainer.Trainer`
   with a loss function passed in (Adam, linear warm-up).
 
-Shapes:
+Shapes::
 
     B  batch size    T  sequence length    V  vocabulary size
 """

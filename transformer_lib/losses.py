@@ -1,7 +1,7 @@
 """Losses: label-smoothed cross-entropy (and the Annotated Transformer's convention, for comparison),
 and the loss of one translation batch, as the trainer calls it (chapter 5).
 
-Shapes:
+Shapes::
 
     B  batch size    T  target length    V  target vocabulary size    N  number of positions (B * T)
 """

@@ -10,7 +10,7 @@
   :func:`masked_token_accuracy_by_kind` split it by what the input showed there (``<mask>``, a random
   word, the word itself), since only the first are words actually hidden.
 
-Shapes:
+Shapes::
 
     B  batch size    T  sequence length    D  model width    H  heads    V  vocabulary size
 """

@@ -1,7 +1,7 @@
 """Measuring a model while it trains (chapter 5): running means, token accuracy, exact match, and the
 teacher-forced evaluation of a translation model over a data set.
 
-Shapes:
+Shapes::
 
     B  batch size    T  target length    V  target vocabulary size
 """

@@ -6,7 +6,7 @@ its parts, handing each layer the attention it uses (:func:`build_encoder`, :fun
 where positions come from is looked up in :data:`transformer_lib.positions.POSITIONAL`. The
 encoder-only model of chapter 7 (:mod:`transformer_lib.masked_lm`) is built by the same functions.
 
-Shapes:
+Shapes::
 
     B  batch size    S  source length    T  target length    D  model width (d_model)
     H  heads         V  vocabulary size (V_src, V_tgt)

@@ -16,7 +16,7 @@ Both first run the callable twice on the same input and require identical output
 that is random at evaluation time (a dropout that ignores ``eval()``) is reported as such instead
 of as a leak. Both raise ``AssertionError`` with a message that names the position that failed.
 
-Shapes:
+Shapes::
 
     B  batch size    L  sequence length (dimension ``dim`` of the input and of the output)
 """

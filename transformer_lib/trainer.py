@@ -10,7 +10,7 @@ when asked (:attr:`Trainer.stop_requested`, the interruption). It writes its sta
 :mod:`transformer_lib.checkpoint` and runs in several processes with :mod:`transformer_lib.distributed`;
 its learning rate comes from :data:`transformer_lib.schedules.SCHEDULES`.
 
-Shapes:
+Shapes::
 
     B  batch size    T  target length    V  target vocabulary size
 """

@@ -28,7 +28,7 @@ float16 and cast to float32 when the graph is loaded (half the download, the sam
 reference in Python. ``onnx``, ``onnxscript`` and ``onnxruntime`` are the ``[onnx]`` extra:
 ``pip install 'tested-transformer[onnx]'``.
 
-Shapes:
+Shapes::
 
     B  batch size    S  source length    T  target prefix length (with <bos>)    D  model width
     H  heads         N  decoder layers   V  target vocabulary size
