@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import platform
 import sys
@@ -51,7 +50,7 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from common import sync  # noqa: E402
+from common import sync, write_json  # noqa: E402
 from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
 from transformer_lib.prepared import PreparedTranslation  # noqa: E402
 from transformer_lib.device import default_device  # noqa: E402
@@ -434,10 +433,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     result = run(args)
     report(result)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_json(args.json, result)
     return result
 
 

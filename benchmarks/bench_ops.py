@@ -25,7 +25,6 @@ import argparse
 import collections
 import copy
 import dataclasses
-import json
 import platform
 import sys
 import warnings
@@ -41,6 +40,7 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from common import write_json  # noqa: E402
 from bench_gpu_training import SRC_VOCAB, TGT_VOCAB, TorchTransformerForTraining, check_same_function  # noqa: E402
 from transformer_lib.batching import Batch, collate  # noqa: E402
 from transformer_lib.config import TransformerConfig  # noqa: E402
@@ -162,10 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     result = run(args)
     report(result)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_json(args.json, result)
     return result
 
 

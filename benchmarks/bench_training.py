@@ -33,7 +33,6 @@ Timings on a shared machine are noisy; the ratios, measured within one run, are 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -51,7 +50,7 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor is True")  # nn.
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from common import sync  # noqa: E402
+from common import sync, write_json  # noqa: E402
 from transformer_lib.attention import MultiHeadAttention  # noqa: E402
 from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
 from transformer_lib.dropout import Dropout  # noqa: E402
@@ -413,10 +412,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"| {label} | {r['median_ms']['nn.Dropout']:.2f} | {r['median_ms']['ours']:.2f} | {r['speedup_ours']:.1f}x |")
     print(f"\nmachine: {results['machine']['cpu_count']} CPUs, {results['machine']['threads']} torch threads, "
           f"load average {results['machine']['load_average']} -> {results['machine']['load_average_after']}")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_json(args.json, results)
     return results
 
 

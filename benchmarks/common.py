@@ -27,3 +27,14 @@ def side_by_side(fns: dict[str, Callable[[], object]], device, repeats: int) -> 
         for name, fn in fns.items():
             times[name].append(timed(fn, device))
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def write_json(path: Path | None, result: object) -> None:
+    """``result`` as indented JSON at ``path`` (its folder made), if a path was given (``--json``)."""
+    if path is None:
+        return
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
