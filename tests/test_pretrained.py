@@ -213,7 +213,7 @@ def test_the_shipped_file_carries_its_model_card():
     assert card["decoding"]["beam_size"] == record.decoding["beam_size"]
 
 
-def test_save_writes_the_card_and_is_whole_or_not_at_all(tmp_path):
+def test_save_writes_the_card_and_is_whole_or_not_at_all(tmp_path, monkeypatch):
     """``save`` writes to a temporary file beside the target and renames it (issue 43): a failed check or
     the size limit leaves the file it would replace as it was, and no temporary file."""
     translator = _tiny_translator()
@@ -230,13 +230,9 @@ def test_save_writes_the_card_and_is_whole_or_not_at_all(tmp_path):
     with pytest.raises(pretrained.PretrainedError, match="refused"):
         pretrained.save(translator, path, {"note": "other"}, TUNING, check=refuse)
     assert path.read_bytes() == before and sorted(tmp_path.iterdir()) == [path]
-    original = pretrained.MAX_BYTES
-    try:
-        pretrained.MAX_BYTES = 1000
-        with pytest.raises(pretrained.PretrainedError, match="1,000"):
-            pretrained.save(translator, path, {"note": "other"}, TUNING)
-    finally:
-        pretrained.MAX_BYTES = original
+    monkeypatch.setattr(pretrained, "MAX_BYTES", 1000)
+    with pytest.raises(pretrained.PretrainedError, match="1,000"):
+        pretrained.save(translator, path, {"note": "other"}, TUNING)
     assert path.read_bytes() == before and sorted(tmp_path.iterdir()) == [path]
 
 

@@ -45,7 +45,7 @@ from transformer_lib.attention import MultiHeadAttention, softmax_attention
 from transformer_lib.batching import padding_waste
 from transformer_lib.decoding import next_token_logits
 from transformer_lib.masking import padding_mask
-from transformer_lib.model import DecoderOnlyTransformer, Transformer
+from transformer_lib.model import Transformer
 
 __all__ = [
     "attention_without_scaling",

@@ -49,19 +49,18 @@ ROTARY_CASES: list[tuple[tuple[int, ...], int]] = [((2, 2), 0), ((3, 4), 0), ((2
 ROTARY_ARGUMENTS = ("x", "start")
 
 
-def rotate(x: Tensor, start: int = 0, *, exponent: float = 2.0, sign: float = 1.0, halves: bool = False) -> Tensor:
+def rotate(x: Tensor, start: int = 0, *, exponent: float = 2.0, sign: float = 1.0) -> Tensor:
     """RoPE in float64 (the reference, and with other arguments the known bugs): pair ``(2i, 2i+1)`` of the
-    vector at position ``p`` turned by ``sign · p · base^(-exponent · i / Dh)``; ``halves`` pairs ``i``
-    with ``i + Dh/2`` instead (GPT-NeoX's layout)."""
+    vector at position ``p`` turned by ``sign · p · base^(-exponent · i / Dh)``."""
     Dh = x.size(-1)
     i = torch.arange(Dh // 2, dtype=torch.float64)
     position = torch.arange(start, start + x.size(-2), dtype=torch.float64)[:, None]  # (L, 1)
     angles = sign * position * BASE ** (-exponent * i / Dh)  # (L, Dh/2)
     cos, sin = angles.cos(), angles.sin()
     x = x.double()
-    first, second = (x[..., : Dh // 2], x[..., Dh // 2 :]) if halves else (x[..., 0::2], x[..., 1::2])
+    first, second = x[..., 0::2], x[..., 1::2]
     turned = (first * cos - second * sin, first * sin + second * cos)  # (..., L, Dh/2) each
-    return torch.cat(turned, dim=-1) if halves else torch.stack(turned, dim=-1).flatten(-2)  # (..., L, Dh)
+    return torch.stack(turned, dim=-1).flatten(-2)  # (..., L, Dh)
 
 
 def _rotary_bugs(x: Tensor, start: int) -> list[KnownBug]:
@@ -72,7 +71,7 @@ def _rotary_bugs(x: Tensor, start: int) -> list[KnownBug]:
                  "paper's layout, and weights trained for one give wrong scores under the other",
                  "pair neighbours: x[..., 0::2] with x[..., 1::2], and put each turned pair back in its place "
                  "(torch.stack([...], dim=-1).flatten(-2))",
-                 lambda: rotate(x, start, halves=True) if Dh > 2 else None),
+                 lambda: pitfalls.rotary_in_halves(x.double(), start) if Dh > 2 else None),
         KnownBug("rotates_backwards", "every pair turns the other way: by -p·θ, a sine's sign is flipped",
                  "(x₀, x₁) turned by the angle a is (x₀ cos a - x₁ sin a, x₀ sin a + x₁ cos a)",
                  lambda: rotate(x, start, sign=-1.0)),
@@ -345,7 +344,7 @@ def _window_bugs(T: int, L: int, window: int) -> list[KnownBug]:
                  "True means 'may attend': keys at distance 0 .. window - 1 before the query", lambda: ~right),
         KnownBug("window_off_by_one", "each query sees window + 1 keys: distances 0 .. window, itself included",
                  "window counts the query itself: keep distances 0 .. window - 1 (distance < window)",
-                 lambda: (distance >= 0) & (distance <= window)),
+                 lambda: pitfalls.sliding_window_one_too_wide(T, L, window)[0, 0]),
         KnownBug("window_short_by_one", "each query sees window - 1 keys: the window leaves out one",
                  "window counts the query itself: keep distances 0 .. window - 1 (distance < window)",
                  lambda: (distance >= 0) & (distance < window - 1)),
@@ -673,7 +672,7 @@ def _lm_scenario(pad: int = 0, all_end: bool = False) -> tuple[int, int, Tensor,
         for eos in range(4, 9):  # a symbol as <eos>: an untrained model's continuations end at different steps
             first = [int(e[0]) if len(e) else None for e in ((row == eos).nonzero() for row in free)]
             if all_end:
-                wanted = None not in first and len(set(first)) > 1 and max(first) <= NEW_TOKENS - 3  # type: ignore
+                wanted = None not in first and len(set(first)) > 1 and max(f or 0 for f in first) <= NEW_TOKENS - 3
             else:
                 wanted = None in first and any(f is not None and 1 <= f <= NEW_TOKENS - 3 for f in first)
             if wanted:

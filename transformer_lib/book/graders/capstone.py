@@ -253,10 +253,6 @@ def _sample(setting: _Setting, n: int = 8) -> tuple[Tensor, Tensor]:
     return batch.src, batch.tgt_in
 
 
-def _pairs(data: TranslationData) -> list[tuple[Any, Any]]:
-    return [data[i] for i in range(len(data))]
-
-
 def _device(setting: _Setting) -> torch.device:
     return next(setting.model.parameters()).device
 
@@ -322,7 +318,7 @@ def _decoded(setting: _Setting, decode: Callable[..., Tensor], batch: Any) -> Te
 
 def _cache_equals_recompute(setting: _Setting, state: dict[str, Any]) -> None:
     setting.model.eval()
-    batch = collate(_pairs(setting.heldout), setting.pad_id, setting.bos_id, setting.eos_id)
+    batch = collate(list(setting.heldout), setting.pad_id, setting.bos_id, setting.eos_id)
     cached = _decoded(setting, setting.pieces.greedy_decode, batch)
     state["decoded"], state["batch"] = cached, batch
     recomputed = _decoded(setting, _uncached_greedy, batch)
@@ -354,7 +350,7 @@ def _by_length(setting: _Setting, state: dict[str, Any]) -> dict[int, tuple[int,
 
 def _exact_match(setting: _Setting, state: dict[str, Any]) -> None:
     if "decoded" not in state:
-        state["batch"] = batch = collate(_pairs(setting.heldout), setting.pad_id, setting.bos_id, setting.eos_id)
+        state["batch"] = batch = collate(list(setting.heldout), setting.pad_id, setting.bos_id, setting.eos_id)
         state["decoded"] = _decoded(setting, setting.pieces.greedy_decode, batch)
     by_length = _by_length(setting, state)
     short = {n: (r, m) for n, (r, m) in by_length.items() if r < m}
