@@ -96,7 +96,7 @@ def install_runtime(cache: Path) -> Path:
         url = f"{registry}/{PACKAGE}/-/{PACKAGE}-{pinned['version']}.tgz"
         with urllib.request.urlopen(url, timeout=300) as response:
             tarball = response.read()
-        got = "sha512-" + base64.b64encode(hashlib.sha512(tarball).digest()).decode()
+        got = _integrity(tarball)
         if got != pinned["integrity"]:
             raise RuntimeError(f"{url}: sha512 {got} is not package-lock.json's {pinned['integrity']}; nothing installed")
         shutil.rmtree(folder, ignore_errors=True)
@@ -143,8 +143,9 @@ def export_model(cache: Path) -> Path:
     return folder
 
 
-def _integrity(path: Path) -> str:
-    return "sha512-" + base64.b64encode(hashlib.sha512(path.read_bytes()).digest()).decode()
+def _integrity(data: bytes) -> str:
+    """npm's form of a checksum, as package-lock.json writes it."""
+    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
 
 
 def write_widget(out: Path, cache: Path = DEFAULT_CACHE) -> dict[str, Any]:
@@ -165,7 +166,7 @@ def write_widget(out: Path, cache: Path = DEFAULT_CACHE) -> dict[str, Any]:
     manifest = {
         "runtime": {"package": PACKAGE, **locked_runtime()},
         "model": json.loads((model / "model.json").read_text(encoding="utf-8"))["files"],
-        "files": {name: {"bytes": (out / name).stat().st_size, "sha512": _integrity(out / name)}
+        "files": {name: {"bytes": (out / name).stat().st_size, "sha512": _integrity((out / name).read_bytes())}
                   for name in sorted(sources)},
     }
     text = json.dumps(manifest, indent=1) + "\n"

@@ -133,8 +133,13 @@
     }
 
     encode(text) {
+      return this.toIds(this.tokenize(text));
+    }
+
+    // Pieces to their ids (<unk> for a piece outside the vocabulary).
+    toIds(pieces) {
       const unk = this.ids.get(UNK);
-      return this.tokenize(text).map((piece) => (this.ids.has(piece) ? this.ids.get(piece) : unk));
+      return pieces.map((piece) => (this.ids.has(piece) ? this.ids.get(piece) : unk));
     }
 
     idToToken(id) {

@@ -89,7 +89,7 @@
     source(text) {
       const pieces = this.tokenizer.tokenize(text);
       const format = this.manifest.source;
-      const ids = [...(format.add_bos ? [this.manifest.special_ids.bos] : []), ...this.tokenizer.encode(text),
+      const ids = [...(format.add_bos ? [this.manifest.special_ids.bos] : []), ...this.tokenizer.toIds(pieces),
                    ...(format.add_eos ? [this.manifest.special_ids.eos] : [])];
       return { pieces, ids, shown: ids.map((id) => this.tokenizer.idToToken(id)) };
     }

@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import pretrained
 from ..checkpoint import atomic_write
-from ..translator import Translator
+from ..translator import LENGTH_PENALTY, Translator
 from .common import CommandLineParser, run_command
 
 __all__ = ["main", "tuning_record", "run_tuning", "read_run", "read_tuning", "check_replaceable"]
@@ -56,8 +56,6 @@ def run_tuning(run: dict[str, Any]) -> dict[str, Any]:
     among the decodings the run scored on validation (``metrics.json``'s ``bleu.val``: greedy and
     ``beam N``, both at the library's length penalty), the one with the best cased BLEU, with its test
     BLEU; greedy decoding, stated as a default, when the run scored no BLEU."""
-    from ..translator import LENGTH_PENALTY
-
     def decoding(name: str) -> int:
         return 1 if name == "greedy" else int(name.split()[-1])
 
