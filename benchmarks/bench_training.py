@@ -51,7 +51,6 @@ warnings.filterwarnings("ignore", message="enable_nested_tensor is True")  # nn.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from common import sync, write_json  # noqa: E402
-from transformer_lib.attention import MultiHeadAttention  # noqa: E402
 from transformer_lib.batching import Batch, collate, make_loader  # noqa: E402
 from transformer_lib.dropout import Dropout  # noqa: E402
 from transformer_lib.toy_tasks import toy_task, toy_vocab  # noqa: E402
@@ -121,35 +120,6 @@ class TorchTransformerBaseline(nn.Module):
 
 
 MODELS = {"ours": Transformer, "nn.Transformer": TorchTransformerBaseline}
-
-
-class PackedProjections(MultiHeadAttention):
-    """An experiment, not the library: our attention with its query/key/value projections run as
-    one matrix product (the weights concatenated on the fly), as ``nn.MultiheadAttention``'s packed
-    ``in_proj`` does. Same parameters and layout as ours; the rounding may differ in the last bit."""
-
-    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        width = self.n_heads * self.d_k
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        if query is key and key is value:  # self-attention: one product for q, k and v
-            weight, bias = (torch.cat([getattr(m, a) for m in projections]) for a in ("weight", "bias"))
-            q, k, v = nn.functional.linear(query, weight, bias).split(width, dim=-1)
-        else:  # cross-attention: q from the decoder, one product for k and v from the memory
-            weight, bias = (torch.cat([getattr(m, a) for m in projections[1:]]) for a in ("weight", "bias"))
-            q, (k, v) = self.q_proj(query), nn.functional.linear(key, weight, bias).split(width, dim=-1)
-        q, k, v = self.split_heads(q, self.d_k), self.split_heads(k, self.d_k), self.split_heads(v, self.d_v)
-        out, weights = self.attend(q, k, v, mask, need_weights)
-        return self.out_proj(self.merge_heads(out)), weights
-
-
-def packed_transformer(config: TransformerConfig) -> Transformer:
-    """Our model with every attention layer's projections packed (:class:`PackedProjections`)."""
-    model = Transformer(config)
-    for module in model.modules():
-        if type(module) is MultiHeadAttention:
-            module.__class__ = PackedProjections
-    return model
 
 
 def _batch_stream(loader: torch.utils.data.DataLoader) -> Iterator[Batch]:
@@ -263,25 +233,16 @@ def where_time_goes(trainers: dict[str, Trainer], batches: list[Batch], top: int
     return shares
 
 
-def throughput(quick: bool, device: torch.device, batch_size: int, breakdown: bool = False,
-               packed: bool = False) -> dict[str, Any]:
+def throughput(quick: bool, device: torch.device, batch_size: int, breakdown: bool = False) -> dict[str, Any]:
     """Benchmark 2: target tokens/s of full training steps at the headline run's size."""
     n_batches = 4 if quick else 12
     batches, vocab_size, source = _batches(n_batches, batch_size)
     trainers = {}
-    models = {**MODELS, **({"ours, packed q/k/v": packed_transformer} if packed else {})}
-    for name, cls in models.items():
+    for name, cls in MODELS.items():
         torch.manual_seed(0)
         run = RunConfig.from_dict({**HEADLINE, "task": "multi30k", "profile": "full"})
         config = run.model_config(vocab_size, vocab_size, pad_id=0)  # as the run builds it: shared, tied
         trainers[name] = Trainer(cls(config), batches, TrainConfig(epochs=1000, warmup_steps=100, progress=False), device=device)
-    if packed:  # the experiment computes what ours does (same seed, same weights), up to rounding
-        same, other = (trainers[name].model.eval() for name in ("ours", "ours, packed q/k/v"))
-        src, tgt = batches[0].src.to(device), batches[0].tgt_in.to(device)
-        with torch.no_grad():
-            expected, got = same(src, tgt, *same.masks_for(src, tgt)), other(src, tgt, *other.masks_for(src, tgt))
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
-        same.train(), other.train()
     for trainer in trainers.values():  # warm-up: allocator, kernels
         for batch in batches[:2]:
             trainer.train_step(batch)
@@ -304,9 +265,6 @@ def throughput(quick: bool, device: torch.device, batch_size: int, breakdown: bo
             "median_step_ms": 1000 * statistics.median(t),
         }
     result["ratio_ours_over_torch"] = result["models"]["ours"]["tokens_per_s"] / result["models"]["nn.Transformer"]["tokens_per_s"]
-    if packed:
-        result["ratio_packed_over_torch"] = (result["models"]["ours, packed q/k/v"]["tokens_per_s"]
-                                             / result["models"]["nn.Transformer"]["tokens_per_s"])
     if breakdown:
         result["operator_shares"] = where_time_goes(trainers, batches[: 2 if quick else 4])
     return result
@@ -347,8 +305,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="sentences per batch for the throughput benchmark (default: the headline run's)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (numbers meaningless)")
-    parser.add_argument("--packed", action="store_true",
-                        help="throughput: also time our model with q/k/v projected in one product (an experiment)")
     parser.add_argument("--breakdown", action="store_true",
                         help="throughput: also profile a few updates of each model and print time by operator")
     parser.add_argument("--seeds", type=int, default=3,
@@ -375,7 +331,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
     if args.only in (None, "throughput"):
         print(f"2. training-step throughput, the headline run's size, batch {args.batch_size}", flush=True)
-        results["throughput"] = throughput(args.quick, device, args.batch_size, args.breakdown, args.packed)
+        results["throughput"] = throughput(args.quick, device, args.batch_size, args.breakdown)
     if args.only in (None, "dropout"):
         print("3. one dropout, forward and backward: nn.Dropout and ours", flush=True)
         results["dropout"] = dropout_masks(args.quick, device)
@@ -400,8 +356,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, r in t["models"].items():
             print(f"| {name} | {r['parameters']:,} | {r['tokens_per_s']:,.0f} | {r['median_step_ms']:.1f} |")
         print(f"\nthroughput ratio, ours / nn.Transformer: {t['ratio_ours_over_torch']:.2f} ({t['data']})")
-        if "ratio_packed_over_torch" in t:
-            print(f"with q/k/v packed (experiment), ours / nn.Transformer: {t['ratio_packed_over_torch']:.2f}")
         for name, shares in t.get("operator_shares", {}).items():
             print(f"\n{name}, share of update time by operator ({shares['total_ms_per_update']:.0f} ms an update under the profiler):")
             print("  " + ", ".join(f"{op} {share:.1%}" for op, share in shares.items() if op != "total_ms_per_update"))

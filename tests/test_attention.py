@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import torch
+from torch import Tensor, nn
 from errors import raises
 import torch.nn.functional as F
 
-from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention, stacked_linear
+from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention, upgrade_projection_names
 from transformer_lib.masking import CAUSAL, causal_mask, padding_mask, to_torch_blocked
 from transformer_lib.normalization import NORMS
 from transformer_lib.reference import torch_multihead_attention
@@ -330,18 +331,53 @@ def test_torch_reference_refuses_qk_norm() -> None:
 
 
 @pytest.mark.parametrize("n_kv_heads, d_v, bias", [(None, None, True), (2, None, True), (None, 3, False)])
-def test_self_attention_projects_with_one_product_as_the_three_projections_do(n_kv_heads: int | None, d_v: int | None,
-                                                                               bias: bool) -> None:
+def test_self_and_cross_attention_project_with_fewer_products_as_the_three_projections_do(
+        n_kv_heads: int | None, d_v: int | None, bias: bool) -> None:
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, d_v=d_v, bias=bias)
-    x = torch.randn(2, 5, 16)
-    stacked = mha.project(x, x, x)  # one matrix product (self-attention)
-    separate = mha.project(x, x.clone(), x.clone())  # three
-    # same products of the same operands, up to the kernels' blocking of sums of 16 terms
-    for a, b in zip(stacked, separate):
-        assert a.shape == b.shape
-        torch.testing.assert_close(a, b, atol=2 * 16 * 2.0**-24 * float(b.detach().abs().max()), rtol=0)
-    torch.testing.assert_close(stacked_linear(x, mha.k_proj, mha.v_proj), torch.cat([mha.k_proj(x), mha.v_proj(x)], -1))
+    x, y = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
+    q_proj, k_proj, v_proj = mha.projections()
+
+    def heads(projected: Tensor, width: int) -> Tensor:
+        return projected.view(*projected.shape[:2], -1, width).transpose(1, 2)  # (B, heads, L, width)
+
+    d_v = mha.d_v
+    for query, key in ((x, x), (y, x)):  # self-attention (one product), cross-attention (two)
+        expected = heads(q_proj(query), 4), heads(k_proj(key), 4), heads(v_proj(key), d_v)  # three
+        got = mha.project(query, key, key)
+        # same products of the same operands, up to the kernels' blocking of sums of 16 terms
+        for a, b in zip(got, expected):
+            assert a.shape == b.shape
+            torch.testing.assert_close(a, b, atol=2 * 16 * 2.0**-24 * float(b.detach().abs().max()), rtol=0)
+        # the gradient reaches the one stored matrix, in the rows of each projection
+        mha.zero_grad()
+        sum(t.sum() for t in got).backward()
+        grads = mha.in_proj_weight.grad.split(mha.widths)
+        for grad, inputs in zip(grads, (query, key, key)):
+            torch.testing.assert_close(grad, inputs.sum(dim=(0, 1)).expand_as(grad), atol=1e-5, rtol=1e-5)
+
+
+def test_the_stored_projections_are_drawn_as_three_linear_layers_and_old_files_load() -> None:
+    """``in_proj_weight`` holds what three ``nn.Linear`` made with the same seed hold, and a
+    ``state_dict`` of the old names (``q_proj.weight``, ...) loads into it with the same outputs."""
+    for widths in ({}, {"kdim": 5, "vdim": 7}):
+        torch.manual_seed(3)
+        mha = MultiHeadAttention(8, 2, **widths)
+        torch.manual_seed(3)
+        linears = [nn.Linear(8, 8), nn.Linear(widths.get("kdim", 8), 8), nn.Linear(widths.get("vdim", 8), 8)]
+        for projection, linear in zip(mha.projections(), linears):
+            assert torch.equal(projection.weight, linear.weight) and torch.equal(projection.bias, linear.bias)
+        old = {f"{name}.{part}": getattr(linear, part).detach().clone()
+               for name, linear in zip(("q_proj", "k_proj", "v_proj"), linears) for part in ("weight", "bias")}
+        old.update({f"out_proj.{k}": v for k, v in mha.out_proj.state_dict().items()})
+        fresh = MultiHeadAttention(8, 2, **widths).eval()
+        fresh.load_state_dict(old)
+        assert sorted(fresh.state_dict()) == sorted(mha.state_dict())
+        q, k, v = torch.randn(2, 3, 8), torch.randn(2, 4, widths.get("kdim", 8)), torch.randn(2, 4, widths.get("vdim", 8))
+        assert torch.equal(fresh(q, k, v)[0], mha.eval()(q, k, v)[0])
+    state = {f"layer.{p}.weight": torch.ones(2, 3) for p in ("q_proj", "k_proj", "v_proj")}
+    upgrade_projection_names(state, prefix="other.")
+    assert sorted(state) == ["layer.k_proj.weight", "layer.q_proj.weight", "layer.v_proj.weight"]  # not under prefix
 
 
 @pytest.mark.parametrize("need_weights", [False, True])

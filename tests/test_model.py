@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from errors import raises
-from torch import nn
+from torch import Tensor, nn
 
 from transformer_lib.attention import MultiHeadAttention
 from transformer_lib.kv_cache import kv_cache
@@ -332,14 +332,28 @@ def test_an_empty_batch_gives_empty_logits(n_kv_heads: int | None) -> None:
 
 
 def test_stacked_projections_translate_as_the_three_projections_did(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shipped model's file is unchanged (the three projections keep their weights and names);
-    made by one product instead of three, its translations are the same."""
+    """The shipped model's file is unchanged: it holds the three projections under their old names
+    (``q_proj.weight``, ...), which loading stacks into ``in_proj_weight``. Made by one product
+    (self-attention) or two (cross-attention) instead of three, its translations are the same."""
+    from safetensors import safe_open
     from transformer_lib import pretrained
 
+    with safe_open(str(pretrained.shipped_path()), "pt") as f:
+        names = set(f.keys())
+    assert "encoder.layers.0.self_attn.q_proj.weight" in names and not any("in_proj" in n for n in names)
     translator = pretrained.load()
     sentences = ["Ein Mann fährt mit dem Fahrrad die Straße entlang.", "Zwei Hunde spielen im Schnee.",
                  "Eine Frau in einem roten Kleid singt auf einer Bühne.", "Kinder spielen im Park."]
     stacked = translator.translate(sentences, beam_size=1), translator.translate(sentences, beam_size=4)
-    assert translator.model.encoder.layers[0].self_attn._stacks_projections()
-    monkeypatch.setattr(MultiHeadAttention, "_stacks_projections", lambda self: False)  # three products, as before
+    assert translator.model.encoder.layers[0].self_attn.packed
+
+    def three_products(self: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, ...]:
+        return self.project_query(query), *self.project_key_value(key, value)
+
+    def separately(self: MultiHeadAttention, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        _, k_proj, v_proj = self.projections()
+        return self.key_norm(self.split_heads(k_proj(key), self.d_k)), self.split_heads(v_proj(value), self.d_v)
+
+    monkeypatch.setattr(MultiHeadAttention, "project", three_products)  # three products, as before
+    monkeypatch.setattr(MultiHeadAttention, "project_key_value", separately)
     assert (translator.translate(sentences, beam_size=1), translator.translate(sentences, beam_size=4)) == stacked

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +30,7 @@ from .validation import check_bias, check_bool, check_floats, check_int, check_m
 
 __all__ = [
     "CausalMask", "CAUSAL", "scaled_dot_product_attention", "softmax_attention", "fused_attention",
-    "share_key_value_heads", "stacked_linear", "MultiHeadAttention", "linear_attention", "causal_linear_attention",
+    "share_key_value_heads", "Projection", "MultiHeadAttention", "upgrade_projection_names", "linear_attention", "causal_linear_attention",
 ]
 
 
@@ -162,18 +162,66 @@ def _sdpa(query: Tensor, key: Tensor, value: Tensor, **options: Any) -> Tensor:
 _SDPA_SHARES_HEADS = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
 
 
-def stacked_linear(x: Tensor, *layers: nn.Linear) -> Tensor:
-    """``torch.cat([layer(x) for layer in layers], dim=-1)`` in one matrix product: the layers' weights
-    stacked (and their biases), as ``nn.MultiheadAttention``'s ``in_proj_weight`` stacks its three
-    projections. One kernel (and one in the backward pass) instead of one per layer and no copy of
-    the outputs; the same numbers up to the rounding of a differently blocked product.
+class Projection:
+    """One of a :class:`MultiHeadAttention`'s input projections, read from the weights it stores
+    stacked: ``layer.q_proj(x)`` is ``x @ W_Q^T + b_Q`` as an ``nn.Linear`` would compute it, and
+    ``weight`` (``(out_features, in_features)``) and ``bias`` are views of the stored parameters, so
+    writing into them (under ``torch.no_grad()``) changes the layer. They are not parameters: the
+    layer's parameters, and their gradients, are ``in_proj_weight`` and ``in_proj_bias``."""
 
-    Shape:
-        ``(..., D_in)`` -> ``(..., sum of the layers' out_features)``.
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
+        self.out_features, self.in_features = weight.shape
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """``(..., in_features)`` -> ``(..., out_features)``."""
+        return F.linear(x, self.weight, self.bias)
+
+    def __repr__(self) -> str:
+        return f"Projection(in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None})"
+
+
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj")
+
+
+def upgrade_projection_names(state: dict[str, Any], prefix: str = "", expected: Collection[str] | None = None) -> None:
+    """Rewrites, in place, a :class:`MultiHeadAttention` ``state_dict`` saved before its input projections
+    were stacked (``q_proj.weight``, ``k_proj.weight``, ``v_proj.weight`` and their biases) under
+    today's names, those of ``nn.MultiheadAttention``: ``in_proj_weight`` (the three weights stacked,
+    queries on top) when the three inputs are equally wide, else ``q_proj_weight``, ``k_proj_weight``,
+    ``v_proj_weight``; and ``in_proj_bias``. The same numbers, so the same outputs; names of today's
+    layout, and other layers' names, are left as they are. ``prefix``: the layer's place in a model
+    (``"encoder.layers.0.self_attn."``); every layer under it is rewritten. ``expected``: the names
+    of the model's ``state_dict``, if known; its layers are stacked as it stacks them.
+
+    Raises:
+        ValueError: ``expected`` stacks a layer whose three weights are not equally wide.
+
+    Example:
+        >>> old = {f"attn.{p}.weight": torch.ones(2, 3) for p in ("q_proj", "k_proj", "v_proj")}
+        >>> upgrade_projection_names(old)
+        >>> {name: tuple(t.shape) for name, t in old.items()}
+        {'attn.in_proj_weight': (6, 3)}
     """
-    weight = torch.cat(tuple(layer.weight for layer in layers))  # (sum of out_features, D_in)
-    biases = [layer.bias for layer in layers]
-    return F.linear(x, weight, None if any(b is None for b in biases) else torch.cat(tuple(biases)))
+    layers = sorted({layer for layer, found, tail in (name.rpartition("q_proj.weight") for name in state)
+                     if found and not tail and layer.startswith(prefix) and layer[-1:] in ("", ".")})
+    for layer in layers:
+        names = [f"{layer}{p}.weight" for p in _PROJECTIONS]
+        if not all(name in state for name in names):
+            continue
+        shapes = [tuple(state[name].shape) for name in names]
+        stacked = len({shape[-1:] for shape in shapes}) == 1 if expected is None else f"{layer}in_proj_weight" in expected
+        if stacked and len({shape[-1:] for shape in shapes}) != 1:
+            raise ValueError(f"weights {', '.join(repr(n) for n in names)} have shapes {', '.join(map(str, shapes))}: "
+                             f"{layer}in_proj_weight stacks them, so their input widths (the last of each shape) must agree")
+        weights = [state.pop(name) for name in names]
+        if stacked:
+            state[f"{layer}in_proj_weight"] = torch.cat(weights)
+        else:
+            state.update({f"{layer}{p}_weight": w for p, w in zip(_PROJECTIONS, weights)})
+        biases = [f"{layer}{p}.bias" for p in _PROJECTIONS]
+        if all(name in state for name in biases):
+            state[f"{layer}in_proj_bias"] = torch.cat([state.pop(name) for name in biases])
 
 
 def share_key_value_heads(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
@@ -236,6 +284,13 @@ class MultiHeadAttention(nn.Module):
         (torch.Size([64, 3, 6]), torch.Size([64, 2, 3, 3]))
     """
 
+    # Registered with register_parameter, so that an unused layout's names are None as in nn.MultiheadAttention.
+    in_proj_weight: Tensor | None
+    in_proj_bias: Tensor | None
+    q_proj_weight: Tensor | None
+    k_proj_weight: Tensor | None
+    v_proj_weight: Tensor | None
+
     def __init__(
         self,
         d_model: int,
@@ -261,12 +316,58 @@ class MultiHeadAttention(nn.Module):
         self.d_out = d_model if d_out is None else d_out
         self.kdim = d_model if kdim is None else kdim
         self.vdim = self.kdim if vdim is None else vdim
-        self.q_proj = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, self.n_kv_heads * self.d_k, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, self.n_kv_heads * self.d_v, bias=bias)
+        # The three input projections in one stored matrix, W_Q on top of W_K on top of W_V, as in
+        # nn.MultiheadAttention (and under its names): self-attention makes queries, keys and values
+        # with one matrix product, and one gradient is accumulated instead of three.
+        widths = (n_heads * self.d_k, self.n_kv_heads * self.d_k, self.n_kv_heads * self.d_v)
+        self.widths = widths  # (H Dk, Hkv Dk, Hkv Dv): the output widths of W_Q, W_K, W_V
+        self.packed = self.kdim == self.vdim == d_model  # the three inputs equally wide: one matrix
+        for name, width, inputs in zip(_PROJECTIONS, widths, (d_model, self.kdim, self.vdim)):
+            # cross-attention between widths: one matrix each (None, as in nn.MultiheadAttention, if stacked)
+            self.register_parameter(f"{name}_weight", None if self.packed else nn.Parameter(torch.empty(width, inputs)))
+        # (H Dk + Hkv Dk + Hkv Dv, D), or None
+        self.register_parameter("in_proj_weight", nn.Parameter(torch.empty(sum(widths), d_model)) if self.packed else None)
+        self.in_proj_bias = nn.Parameter(torch.empty(sum(widths))) if bias else None
+        self.reset_projections()
+        self._register_load_state_dict_pre_hook(_upgrade_on_load, with_module=True)
         self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias)
         self.query_norm = nn.Identity() if qk_norm is None else qk_norm(self.d_k)
         self.key_norm = nn.Identity() if qk_norm is None else qk_norm(self.d_k)
+
+    def reset_projections(self) -> None:
+        """Each of W_Q, W_K, W_V (and its bias) drawn as ``nn.Linear`` draws its own, in that order:
+        a layer made with a seed holds the numbers three separate ``nn.Linear`` would."""
+        with torch.no_grad():
+            for projection in self.projections():
+                nn.init.kaiming_uniform_(projection.weight, a=math.sqrt(5))
+                if projection.bias is not None:
+                    bound = 1 / math.sqrt(projection.in_features) if projection.in_features > 0 else 0.0
+                    nn.init.uniform_(projection.bias, -bound, bound)
+
+    def projections(self) -> tuple[Projection, Projection, Projection]:
+        """The query, key and value projections, views of the stored weights (:class:`Projection`)."""
+        if self.in_proj_weight is not None:
+            weights: tuple[Tensor, ...] = self.in_proj_weight.split(self.widths)
+        else:
+            weights = tuple(cast(Tensor, w) for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight))
+        biases = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.split(self.widths)
+        q, k, v = (Projection(w, b) for w, b in zip(weights, biases))
+        return q, k, v
+
+    @property
+    def q_proj(self) -> Projection:
+        """The query projection W_Q: ``(B, T, d_model)`` -> ``(B, T, H Dk)``."""
+        return self.projections()[0]
+
+    @property
+    def k_proj(self) -> Projection:
+        """The key projection W_K: ``(B, L, kdim)`` -> ``(B, L, Hkv Dk)``."""
+        return self.projections()[1]
+
+    @property
+    def v_proj(self) -> Projection:
+        """The value projection W_V: ``(B, L, vdim)`` -> ``(B, L, Hkv Dv)``."""
+        return self.projections()[2]
 
     def split_heads(self, x: Tensor, width: int) -> Tensor:
         """``(B, L, H * width)`` -> ``(B, H, L, width)`` (as many heads as ``width`` fits)."""
@@ -289,7 +390,7 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``query`` to ``key``/``value``; returns ``(output, attn_weights)``, the weights
         ``(B, H, T, L)`` per head (not averaged as ``nn.MultiheadAttention`` does by default) or
         ``None`` unless ``need_weights``. The inputs' dtypes and widths are checked (no value is read)."""
-        weights_dtype = self.q_proj.weight.dtype
+        weights_dtype = self.out_proj.weight.dtype
         for name, x, width in (("query", query, self.d_model), ("key", key, self.kdim), ("value", value, self.vdim)):
             check_floats(name, x, weights_dtype, width)
         q, k, v = self.project(query, key, value)  # (B, H, T, Dk), (B, H, L, Dk), (B, H, L, Dv)
@@ -299,16 +400,25 @@ class MultiHeadAttention(nn.Module):
     def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values, one per head: ``(B, H, T, Dk)``, ``(B, Hkv, L, Dk)``, ``(B, Hkv, L, Dv)``.
 
-        The three projections of :meth:`project_query` and :meth:`project_key_value`; in
-        self-attention (one tensor is query, key and value) made by one matrix product with the
-        three weights stacked (:func:`stacked_linear`), as ``nn.MultiheadAttention`` does.
+        The three projections of :meth:`project_query` and :meth:`project_key_value`, by as few
+        matrix products as the inputs allow: in self-attention (one tensor is query, key and value)
+        one, with the stored ``in_proj_weight``, as ``nn.MultiheadAttention`` does; in
+        cross-attention (keys and values of one tensor, the encoder's memory) two.
         """
-        if not (query is key and key is value and self._stacks_projections()):
+        if not (key is value and self.packed and self._own_split_heads()):
             return self.project_query(query), *self.project_key_value(key, value)
-        qkv = stacked_linear(query, self.q_proj, self.k_proj, self.v_proj)  # (B, T, (H + 2 Hkv) Dk)
-        heads = self.split_heads(qkv, self.d_k)  # (B, H + 2 Hkv, T, Dk)
-        q, k, v = heads.split([self.n_heads, self.n_kv_heads, self.n_kv_heads], dim=1)  # (B, H or Hkv, T, Dk)
-        return self.query_norm(q), self.key_norm(k), v
+        stacked = cast(Tensor, self.in_proj_weight)  # self.packed
+        if query is key:
+            qkv = F.linear(query, stacked, self.in_proj_bias)  # (B, T, H Dk + Hkv Dk + Hkv Dv)
+            if self._splits_at_once():
+                heads = self.split_heads(qkv, self.d_k)  # (B, H + 2 Hkv, T, Dk)
+                q, k, v = heads.split([self.n_heads, self.n_kv_heads, self.n_kv_heads], dim=1)  # (B, H or Hkv, T, Dk)
+                return self.query_norm(q), self.key_norm(k), v
+            q, kv = qkv.split([self.widths[0], self.widths[1] + self.widths[2]], dim=-1)
+        else:  # one split of the stored weights, for the queries' product and the keys' and values'
+            (w_q, w_kv), (b_q, b_kv) = self._query_and_key_value(stacked), self._query_and_key_value(self.in_proj_bias)
+            q, kv = F.linear(query, cast(Tensor, w_q), b_q), F.linear(key, cast(Tensor, w_kv), b_kv)  # (B, T, H Dk), (B, L, Hkv Dk + Hkv Dv)
+        return self.query_norm(self.split_heads(q, self.d_k)), *self._key_value_heads(kv)
 
     def project_query(self, query: Tensor) -> Tensor:
         """Queries ``(B, T, d_model)`` -> one per head, ``(B, H, T, Dk)`` (normalised with QK-norm)."""
@@ -318,19 +428,40 @@ class MultiHeadAttention(nn.Module):
         """Keys ``(B, L, kdim)`` and values ``(B, L, vdim)`` -> one per key/value head, ``(B, Hkv, L, Dk)``
         and ``(B, Hkv, L, Dv)`` (``Hkv = H`` unless grouped-query; the keys normalised with QK-norm).
         Keys and values of one tensor (the encoder's memory) come from one matrix product."""
-        if key is value and self._stacks_projections():
-            kv = stacked_linear(key, self.k_proj, self.v_proj)  # (B, L, 2 Hkv Dk)
+        if key is value and self.packed and self._own_split_heads():
+            _, weight = self._query_and_key_value(self.in_proj_weight)
+            _, bias = self._query_and_key_value(self.in_proj_bias)
+            return self._key_value_heads(F.linear(key, cast(Tensor, weight), bias))  # from (B, L, Hkv Dk + Hkv Dv)
+        _, k_proj, v_proj = self.projections()
+        return self.key_norm(self.split_heads(k_proj(key), self.d_k)), self.split_heads(v_proj(value), self.d_v)
+
+    def _query_and_key_value(self, stacked: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+        """``in_proj_weight`` (or ``in_proj_bias``) split in two: the queries' rows, and the keys' and
+        values' (``(None, None)`` for no bias)."""
+        if stacked is None:
+            return None, None
+        q, kv = stacked.split([self.widths[0], self.widths[1] + self.widths[2]])
+        return q, kv
+
+    def _key_value_heads(self, kv: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values projected together, ``(B, L, Hkv Dk + Hkv Dv)`` -> ``(B, Hkv, L, Dk)`` (through
+        QK-norm) and ``(B, Hkv, L, Dv)``."""
+        if self._splits_at_once():
             k, v = self.split_heads(kv, self.d_k).chunk(2, dim=1)  # (B, Hkv, L, Dk) each
         else:
-            k, v = self.split_heads(self.k_proj(key), self.d_k), self.split_heads(self.v_proj(value), self.d_v)
-        return self.key_norm(k), v  # (B, Hkv, L, Dk), (B, Hkv, L, Dv)
+            k, v = (self.split_heads(x, width) for x, width in zip(kv.split(self.widths[1:], dim=-1), (self.d_k, self.d_v)))
+        return self.key_norm(k), v
 
-    def _stacks_projections(self) -> bool:
-        """Whether projections of one input are made by one product: when the heads of queries, keys
-        and values are equally wide, so that :meth:`split_heads` splits them all at once, and only
-        with this class's :meth:`split_heads` (one redefined, e.g. a pitfall of chapter 1, may assume
-        ``H`` heads: it gets the projections one by one)."""
-        return self.d_k == self.d_v and type(self).split_heads is MultiHeadAttention.split_heads
+    def _own_split_heads(self) -> bool:
+        """Whether :meth:`split_heads` is this class's, which splits a slice of stacked projections too.
+        One redefined (a pitfall of chapter 1, a reader's exercise) may assume ``H`` heads or a
+        contiguous input: it gets each projection made by its own product."""
+        return type(self).split_heads is MultiHeadAttention.split_heads
+
+    def _splits_at_once(self) -> bool:
+        """Whether stacked projections are split into heads by one :meth:`split_heads`: when the heads of
+        queries, keys and values are equally wide."""
+        return self.d_k == self.d_v and self._own_split_heads()
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | CausalMask | None, need_weights: bool,
@@ -360,6 +491,11 @@ def _check_sizes(d_model: int, n_heads: int, dropout: float, d_k: int | None, n_
             f"multiple of {n_heads}, or pass d_k explicitly"
         )
     check_number("dropout", dropout, 0, 1)
+
+
+def _upgrade_on_load(module: MultiHeadAttention, state: dict[str, Any], prefix: str, *_: Any) -> None:
+    """``load_state_dict`` reads files saved before the projections were stacked (their old names)."""
+    upgrade_projection_names(state, prefix, expected=[prefix + name for name in module.state_dict()])
 
 
 @functools.cache

@@ -66,7 +66,10 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None)  # 64 uniform random bits each
         uniform = words.view(torch.int32)[:n].view(x.shape)  # uniform on [-2^31, 2^31), two per word
     keep = uniform >= drop - _WORD // 2  # probability 1 - drop / 2^32
-    return (x * keep).mul_(_WORD / (_WORD - drop))  # kept elements scaled so E[output] = x
+    scale = _WORD / (_WORD - drop)  # kept elements scaled so that E[output] = x
+    if x.dtype == torch.get_default_dtype():  # the mask scaled in x's dtype: the backward pass is one product
+        return x * (keep * scale)
+    return (x * keep).mul_(scale)  # bf16 or fp16: the scale is not rounded to x's dtype
 
 
 class Dropout(nn.Dropout):

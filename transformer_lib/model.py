@@ -14,13 +14,13 @@ Shapes::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, upgrade_projection_names
 from .blocks import GATED_ACTIVATIONS, Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, GatedFeedForward
 from .config import TransformerConfig
 from .dropout import Dropout
@@ -69,6 +69,11 @@ def init_parameters(model: nn.Module) -> None:
             nn.init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
+        elif isinstance(module, MultiHeadAttention):  # W_Q, W_K, W_V stored stacked: each drawn as one nn.Linear
+            for projection in module.projections():
+                nn.init.xavier_uniform_(projection.weight)
+                if projection.bias is not None:
+                    nn.init.zeros_(projection.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=module.embedding_dim**-0.5)
         elif isinstance(module, nn.LayerNorm):
@@ -118,12 +123,15 @@ def build_decoder(c: TransformerConfig) -> tuple[nn.Module, Decoder]:
 RENAMED_PARAMETERS: Mapping[str, str] = MappingProxyType({"generator.": "output_layer."})
 
 
-def upgrade_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+def upgrade_state_dict(state: Mapping[str, Tensor], expected: Collection[str] | None = None) -> dict[str, Tensor]:
     """A :class:`Transformer` ``state_dict`` saved before the renames, under today's names.
 
     The output layer was called ``generator`` (the Annotated Transformer's name, which clashed with
-    the random generators of sampling); its weight is now ``output_layer.weight``. Every other name
-    is unchanged. A current ``state_dict`` comes back as it is.
+    the random generators of sampling); its weight is now ``output_layer.weight``. Attention's
+    input projections, once ``q_proj``, ``k_proj`` and ``v_proj``, are stored stacked as
+    ``in_proj_weight`` and ``in_proj_bias`` (:func:`~transformer_lib.attention.upgrade_projection_names`).
+    Every other name is unchanged. A current ``state_dict`` comes back as it is. ``expected``: the
+    names of the model's own ``state_dict``, if known (see ``upgrade_projection_names``).
 
     Example:
         >>> upgrade_state_dict({"generator.weight": 1, "encoder.final_norm.weight": 2})
@@ -133,6 +141,7 @@ def upgrade_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     for name, value in state.items():
         old = next((prefix for prefix in RENAMED_PARAMETERS if name.startswith(prefix)), None)
         upgraded[RENAMED_PARAMETERS[old] + name[len(old):] if old else name] = value
+    upgrade_projection_names(upgraded, expected=expected)
     return upgraded
 
 

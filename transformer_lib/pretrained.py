@@ -291,9 +291,11 @@ def load(path: str | Path | None = None, device: str | torch.device = "cpu", sha
         state[alias] = state[name]  # tied and shared weights are stored once
     model = Transformer(record.config)
     try:  # each weight's name and shape against the config, before torch's own error could list them all
-        load_weights(model, upgrade_state_dict(state), str(record.path))
+        load_weights(model, upgrade_state_dict(state, expected=model.state_dict()), str(record.path))
     except CheckpointError as error:
         raise PretrainedError(str(error)) from None
+    except ValueError as error:  # old names that do not stack into the model's weights
+        raise PretrainedError(f"{record.path}: {error}") from None
     tokenizer = tokenizer_from_dict(record.tokenizer)
     return Translator(model.to(parse_device(device)).eval(), tokenizer, tokenizer, metadata["task"], dict(record.data),
                       decoding=dict(record.decoding))

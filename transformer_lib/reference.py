@@ -49,14 +49,11 @@ def _check_plain_heads(ours: MultiHeadAttention) -> None:
 @torch.no_grad()
 def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
     _check_plain_heads(ours)
-    if theirs._qkv_same_embed_dim:
-        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
-    else:
-        theirs.q_proj_weight.copy_(ours.q_proj.weight)
-        theirs.k_proj_weight.copy_(ours.k_proj.weight)
-        theirs.v_proj_weight.copy_(ours.v_proj.weight)
-    if theirs.in_proj_bias is not None:
-        theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+    # Both store W_Q, W_K, W_V stacked in in_proj_weight when the inputs are equally wide (else one
+    # matrix each, under the same names), and their biases stacked in in_proj_bias.
+    for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias"):
+        if getattr(theirs, name) is not None:
+            getattr(theirs, name).copy_(getattr(ours, name))
     theirs.out_proj.weight.copy_(ours.out_proj.weight)
     if theirs.out_proj.bias is not None:
         theirs.out_proj.bias.copy_(ours.out_proj.bias)
@@ -78,7 +75,7 @@ def torch_multihead_attention(ours: MultiHeadAttention) -> nn.MultiheadAttention
             f"{H}*{ours.d_k}, {H}*{ours.d_v}, {ours.d_out}, {ours.d_model}"
         )
     theirs = nn.MultiheadAttention(
-        ours.d_model, H, dropout=ours.dropout, bias=ours.q_proj.bias is not None,
+        ours.d_model, H, dropout=ours.dropout, bias=ours.in_proj_bias is not None,
         kdim=ours.kdim, vdim=ours.vdim, batch_first=True,
     )
     _copy_attention(ours, theirs)

@@ -324,9 +324,13 @@ def _mha_bugs(ref: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor
     ]
 
 
-def _projections(module: nn.Module) -> dict[str, nn.Linear] | None:
+def _projections(module: nn.Module) -> dict[str, nn.Linear | library.Projection] | None:
+    """The layer's four projections, ``nn.Linear`` each (or, in a subclass of the library's layer,
+    views of its stacked weights), or ``None``."""
     found = {name: getattr(module, name, None) for name in PROJECTIONS}
-    return found if all(isinstance(p, nn.Linear) for p in found.values()) else None  # type: ignore[return-value]
+    if all(isinstance(p, (nn.Linear, library.Projection)) for p in found.values()):
+        return found  # type: ignore[return-value]
+    return None
 
 
 @dataclass(frozen=True)
@@ -409,7 +413,8 @@ def _mha_reference(setting: _Setting, state: dict[str, Any]) -> MultiHeadAttenti
     """The library's layer with the reader's weights."""
     projections = state["projections"]
     ref = MultiHeadAttention(setting.d_model, setting.n_heads, bias=projections["q_proj"].bias is not None).eval()
-    ref.load_state_dict({f"{p}.{w}": t for p, lin in projections.items() for w, t in lin.state_dict().items()})
+    ref.load_state_dict({f"{p}.{part}": getattr(lin, part).detach() for p, lin in projections.items()  # the names
+                         for part in ("weight", "bias") if getattr(lin, part) is not None})  # of nn.Linear: upgraded
     return ref
 
 
