@@ -131,3 +131,18 @@ def test_every_dropout_in_the_models_is_ours(build: str) -> None:
         model = EncoderOnlyTransformer(TransformerConfig.encoder_only("tiny", vocab_size=11))
     dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     assert dropouts and all(type(m) is Dropout for m in dropouts)
+
+
+@pytest.mark.parametrize("shape", [(6, 8), (5, 7)])
+def test_the_mask_is_the_documented_draw_of_64_bit_words(shape: tuple[int, int]) -> None:
+    """The keep/drop decisions are the module docstring's: 64-bit words from the default generator,
+    read as two 32-bit integers each, kept when at least -2^31 + round(p 2^32). Runs recorded with a
+    seed repeat only while this stays so."""
+    p, drop = 0.25, round(0.25 * 2**32)
+    torch.manual_seed(5)
+    got = dropout(torch.ones(shape), p) != 0
+    torch.manual_seed(5)
+    n = math.prod(shape)
+    words = torch.empty((n + 1) // 2 if shape[-1] % 2 else n // 2, dtype=torch.int64).random_(-(2**63), None)
+    expected = (words.view(torch.int32)[:n] >= drop - 2**31).view(shape)
+    assert torch.equal(got, expected)

@@ -58,14 +58,15 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     # in-place random_ below would break the graph); p of almost 0 or 1.
     if x.device.type != "cpu" or torch.compiler.is_compiling() or not 0 < drop < _WORD:
         return F.dropout(x, p, training=True)
-    if x.dim() > 0 and x.size(-1) % 2 == 0:  # words laid out as x's rows: one view, no copy (same bits)
-        words = torch.empty(*x.shape[:-1], x.size(-1) // 2, dtype=torch.int64).random_(-(2**63), None)
-        uniform = words.view(torch.int32)  # x's shape, uniform on [-2^31, 2^31), two per word
-    else:
-        n = x.numel()
-        words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None)  # 64 uniform random bits each
-        uniform = words.view(torch.int32)[:n].view(x.shape)  # uniform on [-2^31, 2^31), two per word
-    keep = uniform >= drop - _WORD // 2  # probability 1 - drop / 2^32
+    with torch.inference_mode():  # random bits, never part of the graph: no autograd bookkeeping (one detach fewer)
+        if x.dim() > 0 and x.size(-1) % 2 == 0:  # words laid out as x's rows: one view, no copy (same bits)
+            words = torch.empty(*x.shape[:-1], x.size(-1) // 2, dtype=torch.int64).random_(-(2**63), None)
+            uniform = words.view(torch.int32)  # x's shape, uniform on [-2^31, 2^31), two per word
+        else:
+            n = x.numel()
+            words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None)  # 64 uniform random bits each
+            uniform = words.view(torch.int32)[:n].view(x.shape)  # uniform on [-2^31, 2^31), two per word
+    keep = uniform >= drop - _WORD // 2  # probability 1 - drop / 2^32 (outside inference mode: it may be saved for backward)
     scale = _WORD / (_WORD - drop)  # kept elements scaled so that E[output] = x
     if x.dtype == torch.get_default_dtype():  # the mask scaled in x's dtype: the backward pass is one product
         return x * (keep * scale)
