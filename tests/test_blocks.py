@@ -42,6 +42,27 @@ def test_feed_forward_acts_on_each_position_independently() -> None:
     assert changed.tolist() == [[False] * 5, [False, False, False, True, False]]
 
 
+@pytest.mark.parametrize("shape", [(8,), (3, 8), (2, 5, 8), (2, 3, 4, 8), (0, 5, 8), (2, 0, 8), "transposed"])
+@pytest.mark.parametrize("gated", [False, True])
+def test_feed_forward_works_on_the_rows_of_any_shape_with_nn_linears_numbers(shape: tuple[int, ...] | str, gated: bool) -> None:
+    """The network multiplies the positions as one matrix of rows (one reshape in, one out, not two per
+    nn.Linear): the numbers nn.Linear gives on the input as it is, bit for bit, with the input's shape
+    (any leading dimensions, empty ones, a non-contiguous input)."""
+    torch.manual_seed(0)
+    ff = (GatedFeedForward(8, 12) if gated else FeedForward(8, 12)).eval()
+    x = torch.randn(5, 2, 8).transpose(0, 1) if shape == "transposed" else torch.randn(shape)
+    if gated:
+        expected = ff.linear2(ff.activation(ff.linear_gate(x)) * ff.linear1(x))  # each nn.Linear on x as it is
+    else:
+        expected = ff.linear2(ff.activation(ff.linear1(x)))
+    got = ff(x)
+    assert got.shape == x.shape
+    if shape == "transposed":  # nn.Linear multiplies a non-contiguous input by another kernel: sums of <= 12 terms reordered
+        torch.testing.assert_close(got, expected, atol=2 * 12 * 2.0**-24 * float(expected.abs().max()), rtol=0)
+    else:  # the same products and the same kernel: bit for bit
+        assert torch.equal(got, expected)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_residual_places_the_norm_before_or_after(norm_first: bool) -> None:
     residual = Residual(6, dropout=0.0, norm_first=norm_first)

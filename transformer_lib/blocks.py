@@ -42,6 +42,13 @@ ACTIVATIONS: Mapping[str, type[nn.Module]] = MappingProxyType({"relu": nn.ReLU, 
 GATED_ACTIVATIONS: Mapping[str, type[nn.Module]] = MappingProxyType({"swiglu": nn.SiLU})
 
 
+def _positions_as_rows(x: Tensor) -> Tensor:
+    """``(..., D)`` -> ``(N, D)``, every position a row (a view when ``x`` is contiguous; 2-D and 1-D
+    inputs as they are). ``nn.Linear`` reshapes a ``(B, T, D)`` input to these rows and back at each
+    call; a position-wise network that works on the rows reshapes twice in all, not twice per linear map."""
+    return x.flatten(0, -2) if x.dim() > 2 else x
+
+
 class FeedForward(nn.Module):
     r"""Position-wise feed-forward network: :math:`\mathrm{FFN}(x) = W_2\,\phi(W_1 x + b_1) + b_2`.
 
@@ -68,7 +75,9 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (..., D)
+        rows = _positions_as_rows(x)  # (N, D): one row per position, each transformed alike
+        out = self.linear2(self.dropout(self.activation(self.linear1(rows))))  # (N, D)
+        return out.view(x.shape)  # (..., D)
 
 
 class GatedFeedForward(nn.Module):
@@ -100,8 +109,9 @@ class GatedFeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = self.activation(self.linear_gate(x)) * self.linear1(x)  # (..., d_ff)
-        return self.linear2(self.dropout(hidden))  # (..., D)
+        rows = _positions_as_rows(x)  # (N, D)
+        hidden = self.activation(self.linear_gate(rows)) * self.linear1(rows)  # (N, d_ff)
+        return self.linear2(self.dropout(hidden)).view(x.shape)  # (..., D)
 
 
 class Residual(nn.Module):
