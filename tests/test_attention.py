@@ -10,7 +10,8 @@ from torch import Tensor, nn
 from errors import raises
 import torch.nn.functional as F
 
-from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention, upgrade_projection_names
+from transformer_lib import attention
+from transformer_lib.attention import MultiHeadAttention, fused_attention, scaled_dot_product_attention, upgrade_projection_names
 from transformer_lib.masking import CAUSAL, causal_mask, padding_mask, to_torch_blocked
 from transformer_lib.normalization import NORMS
 from transformer_lib.reference import torch_multihead_attention
@@ -395,3 +396,78 @@ def test_causal_marker_is_the_causal_mask(need_weights: bool, T: int, L: int, po
     if need_weights:
         assert torch.equal(got[1], expected[1])
     assert repr(CAUSAL) == "CAUSAL" and torch.equal(CAUSAL.materialise(T, L), causal_mask(T, L))
+
+
+def test_a_boolean_mask_is_made_additive_once_for_all_layers_and_again_when_it_changes() -> None:
+    """F.scaled_dot_product_attention turns a boolean mask into 0 / -inf at every call; the library makes
+    that form once for a mask that several layers receive, and makes it again when the mask is changed
+    in place, for another dtype, or forgets it when the mask is gone (at most four are kept)."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
+    mask = padding_mask(torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]]), pad_id=0)  # (2, 1, 1, 5)
+    first = attention._additive_mask(mask, torch.float32)
+    assert attention._additive_mask(mask, torch.float32) is first  # remembered for the next layer
+    assert torch.equal(first, torch.zeros(2, 1, 1, 5).masked_fill(~mask, float("-inf")))
+    assert torch.equal(fused_attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    mask[0, 0, 0, 3] = True  # changed in place: the next call must see it
+    changed = attention._additive_mask(mask, torch.float32)
+    assert changed is not first and changed[0, 0, 0, 3] == 0
+    torch.testing.assert_close(fused_attention(q, k, v, mask), scaled_dot_product_attention(q, k, v, mask)[0], atol=ATOL, rtol=0)
+    assert attention._additive_mask(mask, torch.float64).dtype == torch.float64
+    with torch.inference_mode():  # an inference-mode tensor has no version counter: sdpa converts it
+        assert attention._additive_mask(mask, torch.float32) is mask
+    others = [torch.ones(1, 1, 1, 5, dtype=torch.bool) for _ in range(6)]
+    for other in others:
+        attention._additive_mask(other, torch.float32)
+    kept = [ref() for ref, _, _ in attention._ADDITIVE_MASKS.values()]
+    assert len(kept) == 4 and all(a is b for a, b in zip(kept, others[2:]))  # the four used last
+    del others, other, kept
+    attention._additive_mask(mask, torch.float32)
+    kept = [ref() for ref, _, _ in attention._ADDITIVE_MASKS.values()]
+    assert len(kept) == 1 and kept[0] is mask, "gone masks are forgotten"
+
+
+def test_a_mask_used_in_inference_mode_and_then_in_training_trains() -> None:
+    """Nothing made in inference mode (which has no autograd) is handed to a training step later."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, dropout=0.0)
+    x = torch.randn(2, 5, 8)
+    mask = padding_mask(torch.tensor([[4, 5, 0, 0, 0], [4, 5, 6, 7, 8]]), pad_id=0)
+    with torch.inference_mode():
+        mha(x, x, x, mask)
+    out, _ = mha(x, x, x, mask)
+    out.sum().backward()
+    assert mha.in_proj_weight.grad is not None
+
+
+def test_causal_attention_with_dropout_on_the_cpu_equals_is_causal_bit_for_bit() -> None:
+    """On the CPU, where sdpa's fused kernel takes no dropout, the library passes the causal mask it
+    keeps instead of is_causal=True (which would build it at every call): the same numbers, the same
+    dropout draws, the same gradients."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 8, requires_grad=True) for _ in range(3))
+    torch.manual_seed(1)
+    ours = fused_attention(q, k, v, CAUSAL, dropout_p=0.3)
+    ours_grads = torch.autograd.grad(ours.square().sum(), (q, k, v))
+    torch.manual_seed(1)
+    expected = F.scaled_dot_product_attention(q, k, v, dropout_p=0.3, is_causal=True)
+    expected_grads = torch.autograd.grad(expected.square().sum(), (q, k, v))
+    assert torch.equal(ours, expected)
+    assert all(torch.equal(a, b) for a, b in zip(ours_grads, expected_grads))
+    assert attention._additive_causal_mask(6, q.device, q.dtype) is attention._additive_causal_mask(6, q.device, q.dtype)
+
+
+@pytest.mark.parametrize("shape", [(2, 5), (0, 5), (2, 0), "transposed"])
+def test_projections_made_on_rows_give_the_heads_of_each_input(shape: tuple[int, int] | str) -> None:
+    """Self- and cross-attention project on the rows of their inputs and view the products as heads:
+    any batch and length (empty ones too) and non-contiguous inputs give nn.Linear's heads."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4)
+    x = torch.randn(5, 2, 16).transpose(0, 1) if shape == "transposed" else torch.randn(*shape, 16)
+    memory = torch.randn(x.size(0), 3, 16)
+    q_proj, k_proj, v_proj = mha.projections()
+    for query, key in ((x, x), (x, memory)):
+        expected = [mha.split_heads(projection(inputs), 4) for projection, inputs in ((q_proj, query), (k_proj, key), (v_proj, key))]
+        for got, want in zip(mha.project(query, key, key), expected):
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, atol=2 * 16 * 2.0**-24 * float(want.abs().max()) if want.numel() else 0.0, rtol=0)

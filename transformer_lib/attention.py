@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from collections.abc import Callable, Collection
 from typing import Any, cast
 
@@ -40,8 +41,10 @@ class CausalMask:
     Attention passes it to ``F.scaled_dot_product_attention`` as ``is_causal=True``, whose kernels
     skip the future without reading a ``T x T`` mask (the flash kernel: memory linear in ``T``), and
     makes the tensor (:meth:`materialise`) where one is needed: for the attention weights, a score
-    bias, or fewer queries than keys. :class:`~transformer_lib.model.Transformer` uses it for the
-    decoder's self-attention when no target mask is given: with *right*-padded targets (as
+    bias, or fewer queries than keys. (On a CPU with attention dropout, which no CPU kernel fuses,
+    it passes a ``T x T`` mask it keeps, which PyTorch would otherwise build at every call.)
+    :class:`~transformer_lib.model.Transformer` uses it for the decoder's self-attention when no
+    target mask is given: with *right*-padded targets (as
     :func:`~transformer_lib.batching.collate` makes them) the causal mask alone gives every real
     position the output :func:`~transformer_lib.masking.target_mask` gives it, since a real position
     sees no later position, pads included, and what pad positions compute is never read.
@@ -127,16 +130,22 @@ def fused_attention(
     ``bias``: a float tensor added to the scores (positions inside attention, chapter 7).
     ``mask``: a boolean tensor, or :data:`~transformer_lib.masking.CAUSAL`, which reaches the kernel as
     ``is_causal=True`` (no ``T x L`` mask is made: the flash kernel, memory linear in ``T``) when the
-    queries are the keys' positions (``T == L``) and there is no bias; otherwise it becomes
-    :func:`~transformer_lib.masking.causal_mask`."""
+    queries are the keys' positions (``T == L``) and there is no bias (on a CPU with dropout, which
+    its fused kernel does not take, a causal mask kept per size instead); otherwise it becomes
+    :func:`~transformer_lib.masking.causal_mask`. A boolean mask reaches the kernel as the float it
+    adds to the scores, made once for all the calls that pass the same mask (``_additive_mask``)."""
     B, H, T, L = query.size(0), query.size(1), query.size(2), key.size(2)
     if isinstance(mask, CausalMask):
+        if bias is None and T == L and query.device.type == "cpu" and dropout_p > 0 and not torch.compiler.is_compiling():
+            # The CPU's fused kernel takes no dropout: the one sdpa falls back to would build this
+            # T x T mask at every call (is_causal=True); the library builds it once per size.
+            return _sdpa(query, key, value, attn_mask=_additive_causal_mask(T, query.device, query.dtype), dropout_p=dropout_p)
         if bias is None and T == L:
             return _sdpa(query, key, value, dropout_p=dropout_p, is_causal=True)  # (B, H, T, Dv)
         mask = mask.materialise(T, L, query.device)  # (1, 1, T, L)
     if mask is not None:
         check_mask(mask, (B, H, T, L))
-    attn_mask = mask
+    attn_mask = None if mask is None else _additive_mask(mask, query.dtype)
     if bias is not None:
         check_bias(bias, (B, H, T, L))
         bias = bias.to(query.dtype)
@@ -150,12 +159,60 @@ def fused_attention(
     return out
 
 
+# id(mask) -> (a weak reference to the mask, its version counter, its additive form): see _additive_mask.
+_ADDITIVE_MASKS: dict[int, tuple[weakref.ref[Tensor], int, Tensor]] = {}
+
+
+def _additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A boolean mask (``True`` = may attend) as ``F.scaled_dot_product_attention`` applies it: a float
+    added to the scores, 0 or -inf, which the function would otherwise make from the boolean at every
+    call. A model passes one padding mask to each of its layers (six attentions in the translation
+    model), so the form made at the first is kept for the others while the mask lives unchanged (its
+    version counter); the four used last are kept. Masks of a traced, compiled or transformed computation,
+    and of inference mode (no version counter), are returned as they are, for the function to convert."""
+    if (torch.compiler.is_compiling() or torch.jit.is_tracing() or _functorch_active() or type(mask) is not Tensor
+            or torch.is_inference_mode_enabled() or mask.is_inference()):
+        return mask
+    entry = _ADDITIVE_MASKS.pop(id(mask), None)
+    if entry is None or entry[0]() is not mask or entry[1] != mask._version or entry[2].dtype != dtype:
+        entry = (weakref.ref(mask), mask._version,
+                 torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf")))
+    for gone in [key for key, (ref, _, _) in _ADDITIVE_MASKS.items() if ref() is None]:
+        del _ADDITIVE_MASKS[gone]
+    while len(_ADDITIVE_MASKS) >= 4:
+        del _ADDITIVE_MASKS[next(iter(_ADDITIVE_MASKS))]  # the least recently used
+    _ADDITIVE_MASKS[id(mask)] = entry  # the most recently used, last
+    return entry[2]
+
+
+def _functorch_active() -> bool:
+    """Whether a ``torch.func`` transform (``vmap``, ``grad``) is running (then nothing is remembered)."""
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return True if active is None else bool(active())
+
+
+@functools.lru_cache(maxsize=16)
+def _additive_causal_mask(size: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """The causal mask of ``size`` positions as a float added to the scores, 0 or -inf: ``(size, size)``.
+    Never handed out: only ``F.scaled_dot_product_attention`` reads it."""
+    return torch.full((size, size), float("-inf"), dtype=dtype, device=device).triu_(1)
+
+
 def _sdpa(query: Tensor, key: Tensor, value: Tensor, **options: Any) -> Tensor:
     """``F.scaled_dot_product_attention`` with ``Hkv`` key/value heads shared by the ``H`` query heads."""
     if key.size(1) != query.size(1) and not _SDPA_SHARES_HEADS:  # grouped-query attention on an older PyTorch
         key, value = share_key_value_heads(query, key, value)
     grouped: dict[str, Any] = {"enable_gqa": True} if key.size(1) != query.size(1) else {}  # K/V heads shared in the kernel, not copied
     return F.scaled_dot_product_attention(query, key, value, **grouped, **options)  # (B, H, T, Dv)
+
+
+def _project_heads(x: Tensor, weight: Tensor, bias: Tensor | None, width: int) -> Tensor:
+    """``MultiHeadAttention.split_heads(F.linear(x, weight, bias), width)`` with one reshape fewer each
+    way: ``F.linear`` on ``(B, L, in)`` reshapes to rows ``(B L, in)`` and back around its product; here
+    the product's rows become heads by a single view. ``(B, L, in)`` -> ``(B, H', L, width)``."""
+    B, L, _ = x.shape
+    rows = F.linear(x.flatten(0, 1), weight, bias)  # (B L, H' width)
+    return rows.view(B, L, rows.size(-1) // width, width).transpose(1, 2)  # (B, H', L, width)
 
 
 # F.scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
@@ -408,17 +465,17 @@ class MultiHeadAttention(nn.Module):
         if not (key is value and self.packed and self._own_split_heads()):
             return self.project_query(query), *self.project_key_value(key, value)
         stacked = cast(Tensor, self.in_proj_weight)  # self.packed
-        if query is key:
-            qkv = F.linear(query, stacked, self.in_proj_bias)  # (B, T, H Dk + Hkv Dk + Hkv Dv)
-            if self._splits_at_once():
-                heads = self.split_heads(qkv, self.d_k)  # (B, H + 2 Hkv, T, Dk)
-                q, k, v = heads.split([self.n_heads, self.n_kv_heads, self.n_kv_heads], dim=1)  # (B, H or Hkv, T, Dk)
-                return self.query_norm(q), self.key_norm(k), v
-            q, kv = qkv.split([self.widths[0], self.widths[1] + self.widths[2]], dim=-1)
-        else:  # one split of the stored weights, for the queries' product and the keys' and values'
+        if query is not key:  # one split of the stored weights, for the queries' product and the keys' and values'
             (w_q, w_kv), (b_q, b_kv) = self._query_and_key_value(stacked), self._query_and_key_value(self.in_proj_bias)
-            q, kv = F.linear(query, cast(Tensor, w_q), b_q), F.linear(key, cast(Tensor, w_kv), b_kv)  # (B, T, H Dk), (B, L, Hkv Dk + Hkv Dv)
-        return self.query_norm(self.split_heads(q, self.d_k)), *self._key_value_heads(kv)
+            q = _project_heads(query, cast(Tensor, w_q), b_q, self.d_k)  # (B, H, T, Dk)
+            return self.query_norm(q), *self._key_value_heads(key, cast(Tensor, w_kv), b_kv)
+        if self._splits_at_once():
+            heads = _project_heads(query, stacked, self.in_proj_bias, self.d_k)  # (B, H + 2 Hkv, T, Dk)
+            q, k, v = heads.split([self.n_heads, self.n_kv_heads, self.n_kv_heads], dim=1)  # (B, H or Hkv, T, Dk)
+            return self.query_norm(q), self.key_norm(k), v
+        qkv = F.linear(query, stacked, self.in_proj_bias)  # (B, T, H Dk + Hkv Dk + Hkv Dv)
+        q, k, v = qkv.split(self.widths, dim=-1)
+        return self.query_norm(self.split_heads(q, self.d_k)), self.key_norm(self.split_heads(k, self.d_k)), self.split_heads(v, self.d_v)
 
     def project_query(self, query: Tensor) -> Tensor:
         """Queries ``(B, T, d_model)`` -> one per head, ``(B, H, T, Dk)`` (normalised with QK-norm)."""
@@ -431,7 +488,7 @@ class MultiHeadAttention(nn.Module):
         if key is value and self.packed and self._own_split_heads():
             _, weight = self._query_and_key_value(self.in_proj_weight)
             _, bias = self._query_and_key_value(self.in_proj_bias)
-            return self._key_value_heads(F.linear(key, cast(Tensor, weight), bias))  # from (B, L, Hkv Dk + Hkv Dv)
+            return self._key_value_heads(key, cast(Tensor, weight), bias)
         _, k_proj, v_proj = self.projections()
         return self.key_norm(self.split_heads(k_proj(key), self.d_k)), self.split_heads(v_proj(value), self.d_v)
 
@@ -443,12 +500,13 @@ class MultiHeadAttention(nn.Module):
         q, kv = stacked.split([self.widths[0], self.widths[1] + self.widths[2]])
         return q, kv
 
-    def _key_value_heads(self, kv: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values projected together, ``(B, L, Hkv Dk + Hkv Dv)`` -> ``(B, Hkv, L, Dk)`` (through
-        QK-norm) and ``(B, Hkv, L, Dv)``."""
+    def _key_value_heads(self, key: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Keys and values by one product with W_K stacked on W_V (``weight``), ``(B, L, kdim)`` ->
+        ``(B, Hkv, L, Dk)`` (through QK-norm) and ``(B, Hkv, L, Dv)``."""
         if self._splits_at_once():
-            k, v = self.split_heads(kv, self.d_k).chunk(2, dim=1)  # (B, Hkv, L, Dk) each
+            k, v = _project_heads(key, weight, bias, self.d_k).chunk(2, dim=1)  # (B, Hkv, L, Dk) each
         else:
+            kv = F.linear(key, weight, bias)  # (B, L, Hkv Dk + Hkv Dv)
             k, v = (self.split_heads(x, width) for x, width in zip(kv.split(self.widths[1:], dim=-1), (self.d_k, self.d_v)))
         return self.key_norm(k), v
 
