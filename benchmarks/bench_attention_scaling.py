@@ -11,7 +11,7 @@ Compared, all causal, on one sequence of ``T`` tokens with ``H`` heads of width 
    only decides which scores count; every score is still computed, and the ``T x T`` mask itself is
    stored. As a mask, local attention saves *nothing*; kernels that skip the blocked tiles
    (FlashAttention's sliding window, Mistral's rolling KV cache) are what make it O(T W).
-4. **linear, causal**: :func:`transformer_lib.attention.linear_attention` (Katharopoulos et al. 2020),
+4. **linear, causal**: :func:`transformer_lib.efficient_attention.linear_attention` (Katharopoulos et al. 2020),
    in chunks of 64 positions. O(T) time and memory.
 5. **linear, non-causal**: the same without the causal running sums: two matrix products.
 
@@ -41,7 +41,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from common import memory_probe, side_by_side  # noqa: E402
-from transformer_lib.attention import linear_attention, scaled_dot_product_attention  # noqa: E402
+from transformer_lib.attention import scaled_dot_product_attention  # noqa: E402
+from transformer_lib.efficient_attention import linear_attention  # noqa: E402
 from transformer_lib.masking import causal_mask, sliding_window_mask  # noqa: E402
 
 Method = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

@@ -11,7 +11,8 @@ from errors import raises
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from transformer_lib.attention import MultiHeadAttention, linear_attention, scaled_dot_product_attention
+from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_lib.efficient_attention import linear_attention
 from transformer_lib.properties import assert_causal
 from transformer_lib.masking import causal_mask, sliding_window_mask
 

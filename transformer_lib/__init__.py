@@ -8,7 +8,8 @@ site's library page, book/api.md, says what each holds and names its tests):
 
     validation            checks where input enters   every chapter
     device                CPU or GPU, autocast        every chapter
-    attention             (multi-head) attention      chapter 1 (linear, grouped-query: 7)
+    attention             (multi-head) attention      chapter 1 (grouped-query: 7)
+    efficient_attention   attention in linear time    chapter 7
     masking               masks (True = may attend)   chapter 2 (window: 7)
     properties            causality, padding, ...     chapter 1, 2
     vocab                 Vocab, the Tokenizer API    chapter 3
@@ -54,7 +55,8 @@ and building stack is the ``[book]`` extra (``pip install "tested-transformer[bo
 ``transformer-lib`` on PyPI is another project).
 """
 
-from .attention import MultiHeadAttention, linear_attention, scaled_dot_product_attention
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .efficient_attention import linear_attention
 from .blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, Residual
 from .config import PRESETS, TransformerConfig
 from .embeddings import (
