@@ -136,11 +136,11 @@ def fused_attention(
     adds to the scores, made once for all the calls that pass the same mask (``_additive_mask``)."""
     B, H, T, L = query.size(0), query.size(1), query.size(2), key.size(2)
     if isinstance(mask, CausalMask):
-        if bias is None and T == L and query.device.type == "cpu" and dropout_p > 0 and not torch.compiler.is_compiling():
-            # The CPU's fused kernel takes no dropout: the one sdpa falls back to would build this
-            # T x T mask at every call (is_causal=True); the library builds it once per size.
-            return _sdpa(query, key, value, attn_mask=_additive_causal_mask(T, query.device, query.dtype), dropout_p=dropout_p)
         if bias is None and T == L:
+            if query.device.type == "cpu" and dropout_p > 0 and not torch.compiler.is_compiling():
+                # The CPU's fused kernel takes no dropout: the computation sdpa falls back to would build
+                # this T x T mask at every call (is_causal=True); the library builds it once per size.
+                return _sdpa(query, key, value, attn_mask=_additive_causal_mask(T, query.device, query.dtype), dropout_p=dropout_p)
             return _sdpa(query, key, value, dropout_p=dropout_p, is_causal=True)  # (B, H, T, Dv)
         mask = mask.materialise(T, L, query.device)  # (1, 1, T, L)
     if mask is not None:
@@ -175,8 +175,7 @@ def _additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
         return mask
     entry = _ADDITIVE_MASKS.pop(id(mask), None)
     if entry is None or entry[0]() is not mask or entry[1] != mask._version or entry[2].dtype != dtype:
-        entry = (weakref.ref(mask), mask._version,
-                 torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf")))
+        entry = (weakref.ref(mask), mask._version, _to_additive(mask, dtype))
     for gone in [key for key, (ref, _, _) in _ADDITIVE_MASKS.items() if ref() is None]:
         del _ADDITIVE_MASKS[gone]
     while len(_ADDITIVE_MASKS) >= 4:
@@ -191,11 +190,16 @@ def _functorch_active() -> bool:
     return True if active is None else bool(active())
 
 
+def _to_additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A boolean mask (``True`` = may attend) as a float added to the scores: 0 where ``True``, -inf where not."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
 @functools.lru_cache(maxsize=16)
 def _additive_causal_mask(size: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """The causal mask of ``size`` positions as a float added to the scores, 0 or -inf: ``(size, size)``.
+    """:data:`CAUSAL` of ``size`` positions as a float added to the scores, ``(1, 1, size, size)``.
     Never handed out: only ``F.scaled_dot_product_attention`` reads it."""
-    return torch.full((size, size), float("-inf"), dtype=dtype, device=device).triu_(1)
+    return _to_additive(CAUSAL.materialise(size, size, device), dtype)
 
 
 def _sdpa(query: Tensor, key: Tensor, value: Tensor, **options: Any) -> Tensor:
@@ -566,7 +570,7 @@ def _fused_attention_zeroes_empty_rows(device: torch.device, dtype: torch.dtype)
     """
     q = torch.ones(1, 1, 2, 8, device=device, dtype=dtype)  # (B, H, T, Dk): query 1 sees no key
     allowed = torch.tensor([[True, True], [False, False]], device=device).view(1, 1, 2, 2)
-    additive = torch.zeros(1, 1, 2, 2, device=device, dtype=dtype).masked_fill(~allowed, float("-inf"))
+    additive = _to_additive(allowed, dtype)
     with torch.no_grad():
         return all(
             bool((F.scaled_dot_product_attention(q, q, q, attn_mask=m)[0, 0, 1] == 0).all()) for m in (allowed, additive)
